@@ -1,0 +1,44 @@
+# Drape: two commands set everything up on a fresh machine with Python 3.11:
+#   make demo    bake the built-in scene and save it (creates .venv first)
+#   make test    run the test suite inside the embedded Blender (bpy module)
+PYTHON ?= python3.11
+VENV_PY := .venv/bin/python
+# With BLENDER=/path/to/blender the same suite runs inside that Blender via pytest-blender.
+BLENDER ?=
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-fast demo bench extension clean
+.DEFAULT_GOAL := test
+
+venv:
+	@PYTHON=$(PYTHON) tools/venv.sh
+
+test: venv
+ifeq ($(BLENDER),)
+	$(VENV_PY) -m pytest -p no:pytest-blender $(PYTEST_ARGS)
+else
+	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" $(PYTEST_ARGS)
+endif
+
+# Everything except the scenario tests marked slow.
+test-fast: venv
+	$(VENV_PY) -m pytest -p no:pytest-blender -m "not slow" $(PYTEST_ARGS)
+
+demo: venv
+	$(VENV_PY) tools/demo.py
+
+# One JSON line per case; `make bench-solver` runs benchmarks/bench_solver.py.
+BENCHES := $(patsubst benchmarks/bench_%.py,%,$(wildcard benchmarks/bench_*.py))
+bench: venv
+	@for b in $(BENCHES); do $(VENV_PY) benchmarks/bench_$$b.py || exit 1; done
+
+bench-%: venv
+	$(VENV_PY) benchmarks/bench_$*.py
+
+# One zip per platform, built and validated by Blender's own extension tool.
+extension: venv
+	$(VENV_PY) tools/build_extension.py
+
+clean:
+	rm -rf dist wheels out .pytest_cache
+	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +

@@ -1,0 +1,46 @@
+"""Drape: fast, controllable XPBD cloth for Blender.
+
+This module only registers and unregisters. It imports nothing from Blender
+at import time so that ``drape.solver`` stays usable from plain Python.
+"""
+
+import os
+
+# Sub-modules that own bpy classes, handlers or properties, in registration order.
+_MODULE_NAMES = ("properties", "bake", "operators", "panels", "scene")
+
+
+def _configure_numba_cache():
+    """Point numba's disk cache at a writable, per-user folder.
+
+    Must run before numba is first imported: numba reads NUMBA_CACHE_DIR once.
+    Inside an installed extension that is the extension's user folder; when the
+    package is loaded some other way (tests, a dev checkout) Blender refuses
+    extension_path_user and we keep numba's default (next to the sources).
+    """
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    try:
+        import bpy
+
+        path = bpy.utils.extension_path_user(__package__, path="numba_cache", create=True)
+    except (ValueError, AttributeError, ImportError):
+        return
+    os.environ["NUMBA_CACHE_DIR"] = path
+
+
+def _modules():
+    import importlib
+
+    return [importlib.import_module(f"{__package__}.{name}") for name in _MODULE_NAMES]
+
+
+def register():
+    _configure_numba_cache()
+    for module in _modules():
+        module.register()
+
+
+def unregister():
+    for module in reversed(_modules()):
+        module.unregister()

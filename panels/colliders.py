@@ -1,0 +1,3 @@
+"""Filled in by its issue."""
+
+classes = ()

@@ -1,0 +1,1 @@
+"""Drape's XPBD cloth solver: pure numpy + numba, never imports bpy."""

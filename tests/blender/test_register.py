@@ -1,0 +1,22 @@
+"""Register/unregister cycles leave nothing behind."""
+
+import bpy
+
+
+def _snapshot():
+    return (
+        {name for name in dir(bpy.types) if name.startswith("DRAPE_")},
+        {name for name in dir(bpy.types.Object) if name.startswith("drape")},
+        sum(len(getattr(bpy.app.handlers, n)) for n in dir(bpy.app.handlers)
+            if isinstance(getattr(bpy.app.handlers, n), list)),
+    )
+
+
+def test_register_cycles_leave_nothing():
+    import drape
+
+    before = _snapshot()
+    for _ in range(2):
+        drape.register()
+        drape.unregister()
+        assert _snapshot() == before
