@@ -20,3 +20,8 @@ if "drape" not in sys.modules:
         module = importlib.util.module_from_spec(spec)
         sys.modules["drape"] = module
         spec.loader.exec_module(module)
+
+# Shared test helpers (independent oracles, scene builders) live in tests/ as
+# plain modules: `import oracles`.
+if str(_ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(_ROOT / "tests"))
