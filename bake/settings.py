@@ -1,0 +1,58 @@
+"""``Object.drape_bake``: what to bake and where, and what is baked now."""
+
+import bpy
+from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
+from bpy.types import PropertyGroup
+
+TARGETS = (
+    ('SHAPE_KEYS', "Shape Keys", "One shape key per frame, keyed so exactly one is on at each frame "
+     "(exports as glTF morph-target animation)"),
+    ('PC2', "Point Cache (PC2)", "A PC2 file next to the .blend, played back by a Mesh Cache modifier"),
+    ('ALEMBIC', "Alembic", "An Alembic (.abc) file written by Blender's exporter, played back by a "
+     "Mesh Sequence Cache modifier"),
+)
+
+
+class DrapeBakeSettings(PropertyGroup):
+    """Per-object bake settings and the record of the bake in place."""
+
+    # What the artist asks for.
+    target: EnumProperty(name="Bake to", items=TARGETS, default='PC2')
+    folder: StringProperty(
+        name="Cache folder",
+        description="Folder for PC2/Alembic files; '//' means relative to the saved .blend",
+        default="//drape_cache/",
+        subtype='DIR_PATH',
+    )
+    use_scene_range: BoolProperty(name="Scene frame range", default=True,
+                                  description="Bake the scene's frame range; off: the range below")
+    frame_start: IntProperty(name="Start", default=1, min=0)
+    frame_end: IntProperty(name="End", default=250, min=0)
+
+    # What is baked now (written by the bake, read by scene.runtime and by the free).
+    baked: BoolProperty(name="Baked", default=False,
+                        description="The object plays its bake; the live simulation is off")
+    baked_target: StringProperty(name="Baked target", default="")
+    baked_filepath: StringProperty(name="Baked file", default="")
+    baked_frame_start: IntProperty(name="Baked start", default=0)
+    baked_frame_end: IntProperty(name="Baked end", default=0)
+    baked_vertices: IntProperty(name="Baked vertices", default=0)
+    created_basis: BoolProperty(default=False, options={'HIDDEN'},
+                                description="The bake added the Basis shape key (the free removes it)")
+    baked_action: StringProperty(default="", options={'HIDDEN'})
+    baked_cache_file: StringProperty(default="", options={'HIDDEN'})
+
+
+classes = (DrapeBakeSettings,)
+
+
+def register():
+    for cls in classes:
+        bpy.utils.register_class(cls)
+    bpy.types.Object.drape_bake = bpy.props.PointerProperty(type=DrapeBakeSettings)
+
+
+def unregister():
+    del bpy.types.Object.drape_bake
+    for cls in reversed(classes):
+        bpy.utils.unregister_class(cls)
