@@ -24,9 +24,21 @@ def key_name(frame):
     return f"{KEY_PREFIX}{frame:04d}"
 
 
+# scene.writeback shows the simulation through a Geometry Nodes modifier
+# named "Drape" (at the end of the stack) that sets positions from the mesh
+# attribute "drape_position": the bake takes over exactly that place.
+DRAPE_MODIFIER = "Drape"
+DRAPE_RESULT_ATTRIBUTE = "drape_position"
+
+
 def insertion_index(obj):
-    """Stack index for the bake's modifier: after the leading pin-driving
-    deformers, before anything that post-processes or changes topology."""
+    """Stack index for the bake's modifier: where the simulation result
+    enters the stack (just before Drape's own modifier), else after the
+    leading pin-driving deformers, before anything that post-processes or
+    changes topology."""
+    names = [m.name for m in obj.modifiers if m.name != MODIFIER_NAME]
+    if DRAPE_MODIFIER in names:
+        return names.index(DRAPE_MODIFIER)
     index = 0
     for mod in obj.modifiers:
         if mod.name == MODIFIER_NAME:
@@ -35,6 +47,27 @@ def insertion_index(obj):
             break
         index += 1
     return index
+
+
+def _pin_driver_modifiers(obj):
+    """The modifiers the simulation reads pin targets from (above its entry
+    point): a shape-key bake already contains their motion."""
+    return [m for m in list(obj.modifiers)[:insertion_index(obj)] if m.name != MODIFIER_NAME]
+
+
+def _drop_live_result(obj):
+    """Removes the live simulation's last result from the mesh, so Drape's
+    modifier no longer overrides what the bake plays back."""
+    attr = obj.data.attributes.get(DRAPE_RESULT_ATTRIBUTE)
+    if attr is not None:
+        obj.data.attributes.remove(attr)
+
+
+def _set_disabled(obj, names, disabled):
+    for name in names:
+        mod = obj.modifiers.get(name)
+        if mod is not None:
+            mod.show_viewport = mod.show_render = not disabled
 
 
 def _place(obj, mod, index):
@@ -64,6 +97,9 @@ def suspend(obj):
         for name in muted:
             keys.key_blocks[name].mute = True
         memo["mute"] = muted
+    disabled = [n for n in st.disabled_modifiers.split("\n") if n]
+    _set_disabled(obj, disabled, False)
+    memo["disabled"] = disabled
     st.baked = False
     return memo
 
@@ -79,6 +115,7 @@ def resume(obj, memo):
             kb = keys.key_blocks.get(name)
             if kb is not None:
                 kb.mute = mute
+    _set_disabled(obj, memo.get("disabled", ()), True)
     st.baked = memo["baked"]
 
 
@@ -109,6 +146,8 @@ def free(obj, delete_files=False):
         keys = obj.data.shape_keys
         if st.created_basis and keys is not None and len(keys.key_blocks) == 1:
             obj.shape_key_clear()
+    _set_disabled(obj, [n for n in st.disabled_modifiers.split("\n") if n], False)
+    st.disabled_modifiers = ""
     if delete_files and old_file and os.path.isfile(old_file):
         os.unlink(old_file)
     st.baked = False
@@ -122,6 +161,7 @@ def free(obj, delete_files=False):
 
 
 def _record(obj, target, start, end, vertices, filepath=""):
+    _drop_live_result(obj)
     st = obj.drape_bake
     st.baked_target = target
     st.baked_filepath = filepath
@@ -181,6 +221,11 @@ def add_frame_keys(obj, frames, positions):
 
 def install_shape_keys(obj, frames, positions):
     add_frame_keys(obj, frames, positions)
+    # Shape keys play before every modifier: the rig deformers that drove
+    # the pins would move the baked cloth a second time.
+    drivers = [m.name for m in _pin_driver_modifiers(obj) if m.show_viewport or m.show_render]
+    _set_disabled(obj, drivers, True)
+    obj.drape_bake.disabled_modifiers = "\n".join(drivers)
     _record(obj, 'SHAPE_KEYS', frames[0], frames[-1], positions.shape[1])
 
 

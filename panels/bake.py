@@ -1,3 +1,86 @@
-"""Filled in by its issue."""
+"""The Bake panel, in the 3D View sidebar's "Drape" tab and in
+Properties > Physics, for the active Drape cloth."""
 
-classes = ()
+import bpy
+
+from ..bake import job as bake_job
+
+
+def _draw(layout, context):
+    obj = context.active_object
+    if obj is None or not hasattr(obj, "drape_bake"):
+        layout.label(text="No active object")
+        return
+    st = obj.drape_bake
+    layout.use_property_split = True
+    layout.use_property_decorate = False
+    baked = bool(st.baked_target)
+    col = layout.column()
+    col.enabled = not baked
+    col.prop(st, "target")
+    if st.target in ('PC2', 'ALEMBIC'):
+        col.prop(st, "folder")
+    col.prop(st, "use_scene_range")
+    if not st.use_scene_range:
+        sub = col.column(align=True)
+        sub.prop(st, "frame_start", text="Frame Start")
+        sub.prop(st, "frame_end", text="End")
+    if baked:
+        box = layout.box()
+        what = {i.identifier: i.name for i in st.bl_rna.properties["target"].enum_items}
+        box.label(text=f"Baked to {what.get(st.baked_target, st.baked_target)}: frames "
+                       f"{st.baked_frame_start}-{st.baked_frame_end}", icon='CHECKMARK')
+        if st.baked_filepath:
+            box.label(text=st.baked_filepath, icon='FILE')
+        if not st.baked:
+            box.label(text="Bake hidden while re-baking", icon='INFO')
+    row = layout.row(align=True)
+    row.scale_y = 1.3
+    row.operator("drape.bake", text="Re-bake" if baked else "Bake", icon='REC').objects = 'ACTIVE'
+    row.operator("drape.bake_free", text="Free Bake", icon='TRASH').objects = 'ACTIVE'
+    row = layout.row(align=True)
+    op = row.operator("drape.bake", text="Bake Selected")
+    op.objects = 'SELECTED'
+    op = row.operator("drape.bake", text="Bake All")
+    op.objects = 'ALL'
+
+
+def _poll(context):
+    obj = context.active_object
+    return obj is not None and obj.type == 'MESH' and (
+        bake_job.is_cloth(obj) or bool(getattr(obj.drape_bake, "baked_target", "")))
+
+
+class DRAPE_PT_bake_sidebar(bpy.types.Panel):
+    bl_label = "Bake"
+    bl_idname = "DRAPE_PT_bake_sidebar"
+    bl_space_type = 'VIEW_3D'
+    bl_region_type = 'UI'
+    bl_category = "Drape"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    @classmethod
+    def poll(cls, context):
+        return _poll(context)
+
+    def draw(self, context):
+        _draw(self.layout, context)
+
+
+class DRAPE_PT_bake_physics(bpy.types.Panel):
+    bl_label = "Drape Bake"
+    bl_idname = "DRAPE_PT_bake_physics"
+    bl_space_type = 'PROPERTIES'
+    bl_region_type = 'WINDOW'
+    bl_context = "physics"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    @classmethod
+    def poll(cls, context):
+        return _poll(context)
+
+    def draw(self, context):
+        _draw(self.layout, context)
+
+
+classes = (DRAPE_PT_bake_sidebar, DRAPE_PT_bake_physics)
