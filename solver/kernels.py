@@ -1,0 +1,639 @@
+"""numba kernels of one step. float32 structure-of-arrays positions (3, n),
+uint32 indices, unsigned loop counters (numba adds a negative-index fix-up for
+signed ones), one compiled call per step on the fast path.
+
+Pipeline of a substep (Ten Minute Physics' three verbs):
+  predict -> generate swept collider contacts -> iterations of
+  [stretch, shear, bend, tether, soft pins, (self collision), colliders] ->
+  velocities (+ friction, clamp, NaN check).
+"""
+
+import numpy as np
+from numba import njit
+
+JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+
+F0 = np.float32(0.0)
+F1 = np.float32(1.0)
+FHALF = np.float32(0.5)
+EPS = np.float32(1e-9)
+TRACE_EPS = np.float32(1e-5)
+
+# cfg slots (float32 array built by step.py)
+C_H = 0
+C_GX, C_GY, C_GZ = 1, 2, 3
+C_A_STRETCH, C_A_SHEAR, C_A_BEND, C_A_TETHER = 4, 5, 6, 7
+C_D_STRETCH, C_D_SHEAR, C_D_BEND, C_D_TETHER = 8, 9, 10, 11
+C_TETHER_SCALE = 12
+C_AIR_DRAG = 14
+C_AIR_DENSITY, C_CD, C_CL = 15, 16, 17
+C_MARGIN, C_MU_S, C_MU_K, C_MAXV = 18, 19, 20, 21
+C_USE_TETHERS, C_USE_WIND = 22, 23
+C_SUBSTEPS, C_ITERATIONS = 24, 25
+C_USE_ACCEL = 26
+C_SIZE = 32
+
+
+# ---------------------------------------------------------------- predict
+
+@njit(**JIT)
+def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pin_end, t1):
+    h = cfg[C_H]
+    gx, gy, gz = cfg[C_GX], cfg[C_GY], cfg[C_GZ]
+    use_accel = cfg[C_USE_ACCEL] != F0
+    use_wind = cfg[C_USE_WIND] != F0
+    drag = cfg[C_AIR_DRAG] * h
+    if drag > F1:
+        drag = F1
+    n = np.uint64(pos.shape[1])
+    for i in range(n):
+        prev[0, i] = pos[0, i]
+        prev[1, i] = pos[1, i]
+        prev[2, i] = pos[2, i]
+    if use_wind:
+        # Aerodynamic drag + lift per triangle from the air velocity relative
+        # to the triangle, split equally among its corners.
+        third = np.float32(1.0 / 3.0)
+        k = FHALF * cfg[C_AIR_DENSITY] * h * third
+        cd, cl = cfg[C_CD], cfg[C_CL]
+        nt = np.uint64(tris.shape[1])
+        for t in range(nt):
+            a, b, c = tris[0, t], tris[1, t], tris[2, t]
+            ux = (wind[0, a] + wind[0, b] + wind[0, c] - vel[0, a] - vel[0, b] - vel[0, c]) * third
+            uy = (wind[1, a] + wind[1, b] + wind[1, c] - vel[1, a] - vel[1, b] - vel[1, c]) * third
+            uz = (wind[2, a] + wind[2, b] + wind[2, c] - vel[2, a] - vel[2, b] - vel[2, c]) * third
+            u2 = ux * ux + uy * uy + uz * uz
+            if u2 < EPS:
+                continue
+            e1x, e1y, e1z = pos[0, b] - pos[0, a], pos[1, b] - pos[1, a], pos[2, b] - pos[2, a]
+            e2x, e2y, e2z = pos[0, c] - pos[0, a], pos[1, c] - pos[1, a], pos[2, c] - pos[2, a]
+            nx = e1y * e2z - e1z * e2y
+            ny = e1z * e2x - e1x * e2z
+            nz = e1x * e2y - e1y * e2x
+            n2 = nx * nx + ny * ny + nz * nz
+            if n2 < EPS * EPS:
+                continue
+            nlen = np.sqrt(n2)
+            area = FHALF * nlen
+            ulen = np.sqrt(u2)
+            inv_u = F1 / ulen
+            inv_n = F1 / nlen
+            ux_, uy_, uz_ = ux * inv_u, uy * inv_u, uz * inv_u
+            nx, ny, nz = nx * inv_n, ny * inv_n, nz * inv_n
+            cos = nx * ux_ + ny * uy_ + nz * uz_
+            if cos < F0:
+                nx, ny, nz, cos = -nx, -ny, -nz, -cos
+            # n_perp = n - cos u: perpendicular to the flow, |n_perp| = sin.
+            px_, py_, pz_ = nx - cos * ux_, ny - cos * uy_, nz - cos * uz_
+            s = k * area * u2 * cos
+            fx = s * (cd * ux_ + cl * px_)
+            fy = s * (cd * uy_ + cl * py_)
+            fz = s * (cd * uz_ + cl * pz_)
+            wa, wb, wc = inv_mass[a], inv_mass[b], inv_mass[c]
+            vel[0, a] += fx * wa
+            vel[1, a] += fy * wa
+            vel[2, a] += fz * wa
+            vel[0, b] += fx * wb
+            vel[1, b] += fy * wb
+            vel[2, b] += fz * wb
+            vel[0, c] += fx * wc
+            vel[1, c] += fy * wc
+            vel[2, c] += fz * wc
+    for i in range(n):
+        if inv_mass[i] == F0:
+            continue
+        vx = vel[0, i] + h * gx
+        vy = vel[1, i] + h * gy
+        vz = vel[2, i] + h * gz
+        if use_accel:
+            vx += h * accel[0, i]
+            vy += h * accel[1, i]
+            vz += h * accel[2, i]
+        if drag > F0:
+            if use_wind:
+                vx += drag * (wind[0, i] - vx)
+                vy += drag * (wind[1, i] - vy)
+                vz += drag * (wind[2, i] - vz)
+            else:
+                vx -= drag * vx
+                vy -= drag * vy
+                vz -= drag * vz
+        vel[0, i] = vx
+        vel[1, i] = vy
+        vel[2, i] = vz
+        pos[0, i] += h * vx
+        pos[1, i] += h * vy
+        pos[2, i] += h * vz
+    # Kinematic pins follow their targets, interpolated across substeps.
+    s1 = F1 - t1
+    nk = np.uint64(kin.shape[0])
+    for j in range(nk):
+        i = kin[j]
+        pos[0, i] = s1 * pin_start[0, i] + t1 * pin_end[0, i]
+        pos[1, i] = s1 * pin_start[1, i] + t1 * pin_end[1, i]
+        pos[2, i] = s1 * pin_start[2, i] + t1 * pin_end[2, i]
+
+
+# ---------------------------------------------------------------- constraints
+
+@njit(**JIT)
+def solve_distance(pos, prev, a, b, wa, wb, rest, lam, alpha, gamma, use_lambda):
+    """XPBD distance constraints C = |xb - xa| - rest, in array order (which
+    is colour order: within a colour no two share a vertex)."""
+    px, py, pz = pos[0], pos[1], pos[2]
+    ox, oy, oz = prev[0], prev[1], prev[2]
+    one_g = F1 + gamma
+    m = np.uint64(a.shape[0])
+    for i in range(m):
+        ia = a[i]
+        ib = b[i]
+        dx = px[ib] - px[ia]
+        dy = py[ib] - py[ia]
+        dz = pz[ib] - pz[ia]
+        d2 = dx * dx + dy * dy + dz * dz
+        w_a = wa[i]
+        w_b = wb[i]
+        wsum = w_a + w_b
+        if d2 < EPS * EPS or wsum == F0:
+            continue
+        dist = np.sqrt(d2)
+        inv = F1 / dist
+        nx, ny, nz = dx * inv, dy * inv, dz * inv
+        c = dist - rest[i]
+        damp = F0
+        if gamma != F0:
+            damp = gamma * (nx * (dx - (ox[ib] - ox[ia])) + ny * (dy - (oy[ib] - oy[ia]))
+                            + nz * (dz - (oz[ib] - oz[ia])))
+        if use_lambda:
+            lm = lam[i]
+            dl = -(c + alpha * lm + damp) / (one_g * wsum + alpha)
+            lam[i] = lm + dl
+        else:
+            dl = -(c + damp) / (one_g * wsum + alpha)
+        sa = w_a * dl
+        sb = w_b * dl
+        px[ia] -= sa * nx
+        py[ia] -= sa * ny
+        pz[ia] -= sa * nz
+        px[ib] += sb * nx
+        py[ib] += sb * ny
+        pz[ib] += sb * nz
+
+
+@njit(**JIT)
+def solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, alpha, gamma, use_lambda):
+    """Bergou isometric bending, C = |L| - |L_rest|, L = sum_j k_j x_j.
+    grad_j C = k_j L/|L|, so |grad|^2 weighted = sum_j w_j k_j^2 = swk2
+    (precomputed): the element is dot products and multiplies, no trig."""
+    px, py, pz = pos[0], pos[1], pos[2]
+    ox, oy, oz = prev[0], prev[1], prev[2]
+    one_g = F1 + gamma
+    m = np.uint64(rest.shape[0])
+    for i in range(m):
+        i0 = idx[0, i]
+        i1 = idx[1, i]
+        i2 = idx[2, i]
+        i3 = idx[3, i]
+        k1 = k[1, i]
+        k2 = k[2, i]
+        k3 = k[3, i]
+        # sum k = 0, so L = sum_{j>0} k_j (x_j - x_0): better float32 precision.
+        x0, y0, z0 = px[i0], py[i0], pz[i0]
+        lx = k1 * (px[i1] - x0) + k2 * (px[i2] - x0) + k3 * (px[i3] - x0)
+        ly = k1 * (py[i1] - y0) + k2 * (py[i2] - y0) + k3 * (py[i3] - y0)
+        lz = k1 * (pz[i1] - z0) + k2 * (pz[i2] - z0) + k3 * (pz[i3] - z0)
+        l2 = lx * lx + ly * ly + lz * lz
+        if l2 < EPS * EPS:
+            continue
+        ln = np.sqrt(l2)
+        inv = F1 / ln
+        ux, uy, uz = lx * inv, ly * inv, lz * inv
+        c = ln - rest[i]
+        damp = F0
+        if gamma != F0:
+            k0 = k[0, i]
+            dvx = (k0 * (x0 - ox[i0]) + k1 * (px[i1] - ox[i1]) + k2 * (px[i2] - ox[i2])
+                   + k3 * (px[i3] - ox[i3]))
+            dvy = (k0 * (y0 - oy[i0]) + k1 * (py[i1] - oy[i1]) + k2 * (py[i2] - oy[i2])
+                   + k3 * (py[i3] - oy[i3]))
+            dvz = (k0 * (z0 - oz[i0]) + k1 * (pz[i1] - oz[i1]) + k2 * (pz[i2] - oz[i2])
+                   + k3 * (pz[i3] - oz[i3]))
+            damp = gamma * (ux * dvx + uy * dvy + uz * dvz)
+        if use_lambda:
+            lm = lam[i]
+            dl = -(c + alpha * lm + damp) / (one_g * swk2[i] + alpha)
+            lam[i] = lm + dl
+        else:
+            dl = -(c + damp) / (one_g * swk2[i] + alpha)
+        dx, dy, dz = ux * dl, uy * dl, uz * dl
+        s = wk[0, i]
+        px[i0] = x0 + s * dx
+        py[i0] = y0 + s * dy
+        pz[i0] = z0 + s * dz
+        s = wk[1, i]
+        px[i1] += s * dx
+        py[i1] += s * dy
+        pz[i1] += s * dz
+        s = wk[2, i]
+        px[i2] += s * dx
+        py[i2] += s * dy
+        pz[i2] += s * dz
+        s = wk[3, i]
+        px[i3] += s * dx
+        py[i3] += s * dy
+        pz[i3] += s * dz
+
+
+@njit(**JIT)
+def solve_tethers(pos, prev, v, anchor, length, w, alpha, gamma, scale):
+    """Unilateral long-range attachments: only pull in when over-extended.
+    Anchors are kinematic, so each tether writes one vertex and needs no
+    colouring; no multiplier (inactive most of the time)."""
+    px, py, pz = pos[0], pos[1], pos[2]
+    ox, oy, oz = prev[0], prev[1], prev[2]
+    one_g = F1 + gamma
+    m = np.uint64(v.shape[0])
+    for i in range(m):
+        iv = v[i]
+        ia = anchor[i]
+        dx = px[iv] - px[ia]
+        dy = py[iv] - py[ia]
+        dz = pz[iv] - pz[ia]
+        d2 = dx * dx + dy * dy + dz * dz
+        lim = length[i] * scale
+        if d2 <= lim * lim:
+            continue
+        dist = np.sqrt(d2)
+        inv = F1 / dist
+        nx, ny, nz = dx * inv, dy * inv, dz * inv
+        c = dist - lim
+        damp = F0
+        if gamma != F0:
+            damp = gamma * (nx * (px[iv] - ox[iv]) + ny * (py[iv] - oy[iv]) + nz * (pz[iv] - oz[iv]))
+            if damp < F0:
+                damp = F0
+        wi = w[i]
+        dl = -(c + damp) / (one_g * wi + alpha)
+        s = wi * dl
+        px[iv] += s * nx
+        py[iv] += s * ny
+        pz[iv] += s * nz
+
+
+@njit(**JIT)
+def solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda):
+    """Zero-length XPBD attachment of each soft-pinned vertex to its target
+    (three independent linear constraints, one per axis)."""
+    s1 = F1 - t1
+    m = np.uint64(soft.shape[0])
+    for j in range(m):
+        i = soft[j]
+        w = inv_mass[i]
+        al = soft_alpha[j]
+        for ax in range(3):
+            target = s1 * pin_start[ax, i] + t1 * pin_end[ax, i]
+            c = pos[ax, i] - target
+            if use_lambda:
+                lm = soft_lam[ax, j]
+                dl = -(c + al * lm) / (w + al)
+                soft_lam[ax, j] = lm + dl
+            else:
+                dl = -c / (w + al)
+            pos[ax, i] += w * dl
+
+
+# ---------------------------------------------------------------- colliders
+
+@njit(inline="always", **JIT)
+def capsule_distance(px, py, pz, ax, ay, az, bx, by, bz, ra, rb):
+    """Signed distance to a round cone (a capsule with one radius per end):
+    min over s of |p - c(s)| - r(s), the union of spheres along the axis.
+    Returns (distance, unit normal, axis fraction of the closest sphere)."""
+    dx, dy, dz = bx - ax, by - ay, bz - az
+    l2 = dx * dx + dy * dy + dz * dz
+    qx, qy, qz = px - ax, py - ay, pz - az
+    if l2 < EPS * EPS:
+        s = F0
+        r = ra if ra > rb else rb
+        cx, cy, cz = ax, ay, az
+    else:
+        ln = np.sqrt(l2)
+        inv = F1 / ln
+        ux, uy, uz = dx * inv, dy * inv, dz * inv
+        x = qx * ux + qy * uy + qz * uz
+        ex, ey, ez = qx - x * ux, qy - x * uy, qz - x * uz
+        y = np.sqrt(ex * ex + ey * ey + ez * ez)
+        kk = (ra - rb) * inv
+        if kk * kk < np.float32(0.999999):
+            sd = x - kk * y / np.sqrt(F1 - kk * kk)
+        elif ra > rb:
+            sd = F0
+        else:
+            sd = ln
+        if sd < F0:
+            sd = F0
+        if sd > ln:
+            sd = ln
+        s = sd * inv
+        r = ra + (rb - ra) * s
+        cx, cy, cz = ax + sd * ux, ay + sd * uy, az + sd * uz
+    vx, vy, vz = px - cx, py - cy, pz - cz
+    d2 = vx * vx + vy * vy + vz * vz
+    if d2 > EPS * EPS:
+        dc = np.sqrt(d2)
+        inv = F1 / dc
+        return dc - r, vx * inv, vy * inv, vz * inv, s
+    # On the axis: any direction perpendicular to it will do.
+    if abs(dx) < abs(dy):
+        nx, ny, nz = F0, -dz, dy
+    else:
+        nx, ny, nz = dz, F0, -dx
+    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
+    if nl < EPS:
+        return -r, F0, F0, F1, s
+    return -r, nx / nl, ny / nl, nz / nl, s
+
+
+@njit(**JIT)
+def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
+    """Collider transforms at substep start (cap0) and end (cap1, plane1).
+    cap rows: a(3) b(3) ra rb va(3) vb(3); plane rows: point(3) normal(3) vel(3)."""
+    for j in range(caps.shape[0]):
+        for tt in range(2):
+            t = t0 if tt == 0 else t1
+            out = cap0 if tt == 0 else cap1
+            s = F1 - t
+            for c in range(6):
+                out[j, c] = s * caps[j, c] + t * caps[j, 6 + c]
+            out[j, 6] = caps[j, 12]
+            out[j, 7] = caps[j, 13]
+            for c in range(6):
+                out[j, 8 + c] = (caps[j, 6 + c] - caps[j, c]) / h_step
+    for j in range(planes.shape[0]):
+        s = F1 - t1
+        nx = s * planes[j, 3] + t1 * planes[j, 9]
+        ny = s * planes[j, 4] + t1 * planes[j, 10]
+        nz = s * planes[j, 5] + t1 * planes[j, 11]
+        nl = np.sqrt(nx * nx + ny * ny + nz * nz)
+        if nl < EPS:
+            nx, ny, nz, nl = planes[j, 9], planes[j, 10], planes[j, 11], F1
+        for c in range(3):
+            plane1[j, c] = s * planes[j, c] + t1 * planes[j, 6 + c]
+            plane1[j, 6 + c] = (planes[j, 6 + c] - planes[j, c]) / h_step
+        plane1[j, 3] = nx / nl
+        plane1[j, 4] = ny / nl
+        plane1[j, 5] = nz / nl
+
+
+@njit(**JIT)
+def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
+    """Swept capsule contacts for this substep: the segment from the vertex's
+    substep-start position (carried along with the capsule, so a capsule that
+    sweeps past a still vertex is seen) to its predicted position, against the
+    capsule at substep end, by sphere tracing (the distance is 1-Lipschitz).
+    hit[i] = 1 and entry[:, i] = entry point, entry normal, surface velocity."""
+    n = np.uint64(pos.shape[1])
+    k = cap1.shape[0]
+    for i in range(n):
+        hit[i] = 0
+        if inv_mass[i] == F0 or k == 0:
+            continue
+        best_u = np.float32(2.0)
+        for j in range(k):
+            ax0, ay0, az0 = cap0[j, 0], cap0[j, 1], cap0[j, 2]
+            dx0, dy0, dz0 = cap0[j, 3] - ax0, cap0[j, 4] - ay0, cap0[j, 5] - az0
+            l2 = dx0 * dx0 + dy0 * dy0 + dz0 * dz0
+            qx, qy, qz = prev[0, i], prev[1, i], prev[2, i]
+            f = F0
+            if l2 > EPS * EPS:
+                f = ((qx - ax0) * dx0 + (qy - ay0) * dy0 + (qz - az0) * dz0) / l2
+                f = min(max(f, F0), F1)
+            g = F1 - f
+            # Start position in the frame of the capsule at substep end.
+            sx = qx + g * (cap1[j, 0] - ax0) + f * (cap1[j, 3] - cap0[j, 3])
+            sy = qy + g * (cap1[j, 1] - ay0) + f * (cap1[j, 4] - cap0[j, 4])
+            sz = qz + g * (cap1[j, 2] - az0) + f * (cap1[j, 5] - cap0[j, 5])
+            ex, ey, ez = pos[0, i] - sx, pos[1, i] - sy, pos[2, i] - sz
+            seg = np.sqrt(ex * ex + ey * ey + ez * ez)
+            ra = cap1[j, 6] + margin
+            rb = cap1[j, 7] + margin
+            d, nx, ny, nz, s = capsule_distance(sx, sy, sz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
+                                                cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+            if d > seg:
+                continue
+            u = F0
+            hx, hy, hz = sx, sy, sz
+            found = False
+            if d < F0:
+                # Started inside: a vertex resting on the surface that the
+                # capsule moved into counts as entering where it touched;
+                # one deep inside is left to the live push-out.
+                r = ra + (rb - ra) * s
+                if d > -FHALF * r:
+                    hx, hy, hz = sx - d * nx, sy - d * ny, sz - d * nz
+                    found = True
+            elif seg > EPS:
+                inv_seg = F1 / seg
+                for _ in range(32):
+                    if d < TRACE_EPS:
+                        found = True
+                        break
+                    u += d * inv_seg
+                    if u >= F1:
+                        break
+                    hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
+                    d, nx, ny, nz, s = capsule_distance(hx, hy, hz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
+                                                        cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+            if found and u < best_u:
+                best_u = u
+                hit[i] = 1
+                entry[0, i], entry[1, i], entry[2, i] = hx, hy, hz
+                entry[3, i], entry[4, i], entry[5, i] = nx, ny, nz
+                g = F1 - s
+                entry[6, i] = g * cap1[j, 8] + s * cap1[j, 11]
+                entry[7, i] = g * cap1[j, 9] + s * cap1[j, 12]
+                entry[8, i] = g * cap1[j, 10] + s * cap1[j, 13]
+
+
+@njit(**JIT)
+def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
+    """The fused three-pass projection, one load/store per vertex:
+    1. live push-out of every capsule (constraints may have dragged a vertex
+       in after contacts were generated);
+    2. the frozen swept entry plane for a vertex that tunnelled through and
+       is now outside on the far side (pushed back to the side it came from);
+    3. half-spaces last, so the ground wins.
+    contact[:, i] accumulates normal, push depth and collider velocity for
+    velocity-level friction."""
+    n = np.uint64(pos.shape[1])
+    kc = cap1.shape[0]
+    kp = plane1.shape[0]
+    for i in range(n):
+        if inv_mass[i] == F0:
+            continue
+        px, py, pz = pos[0, i], pos[1, i], pos[2, i]
+        depth = F0
+        cnx, cny, cnz = F0, F0, F0
+        cvx, cvy, cvz = F0, F0, F0
+        for j in range(kc):
+            ra = cap1[j, 6] + margin
+            rb = cap1[j, 7] + margin
+            d, nx, ny, nz, s = capsule_distance(px, py, pz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
+                                                cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+            if d < F0:
+                px -= d * nx
+                py -= d * ny
+                pz -= d * nz
+                depth -= d
+                cnx, cny, cnz = nx, ny, nz
+                g = F1 - s
+                cvx = g * cap1[j, 8] + s * cap1[j, 11]
+                cvy = g * cap1[j, 9] + s * cap1[j, 12]
+                cvz = g * cap1[j, 10] + s * cap1[j, 13]
+        if kc > 0 and hit[i] != 0:
+            nx, ny, nz = entry[3, i], entry[4, i], entry[5, i]
+            d = (px - entry[0, i]) * nx + (py - entry[1, i]) * ny + (pz - entry[2, i]) * nz
+            if d < F0:
+                px -= d * nx
+                py -= d * ny
+                pz -= d * nz
+                depth -= d
+                cnx, cny, cnz = nx, ny, nz
+                cvx, cvy, cvz = entry[6, i], entry[7, i], entry[8, i]
+        for j in range(kp):
+            nx, ny, nz = plane1[j, 3], plane1[j, 4], plane1[j, 5]
+            d = (px - plane1[j, 0]) * nx + (py - plane1[j, 1]) * ny + (pz - plane1[j, 2]) * nz - margin
+            if d < F0:
+                px -= d * nx
+                py -= d * ny
+                pz -= d * nz
+                depth -= d
+                cnx, cny, cnz = nx, ny, nz
+                cvx, cvy, cvz = plane1[j, 6], plane1[j, 7], plane1[j, 8]
+        if depth > F0:
+            pos[0, i], pos[1, i], pos[2, i] = px, py, pz
+            contact[0, i], contact[1, i], contact[2, i] = cnx, cny, cnz
+            contact[3, i] += depth
+            contact[4, i], contact[5, i], contact[6, i] = cvx, cvy, cvz
+
+
+# ---------------------------------------------------------------- velocities
+
+@njit(**JIT)
+def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, has_contacts):
+    """v = (x - x_prev)/h; in contact: normal velocity relative to the
+    collider removed (zero restitution), Coulomb friction from the push-out
+    depth (static below mu_s, kinetic above); speed clamp. Returns the number
+    of non-finite entries (the caller raises)."""
+    inv_h = F1 / h
+    n = np.uint64(pos.shape[1])
+    vmax2 = max_v * max_v
+    bad = 0
+    for i in range(n):
+        vx = (pos[0, i] - prev[0, i]) * inv_h
+        vy = (pos[1, i] - prev[1, i]) * inv_h
+        vz = (pos[2, i] - prev[2, i]) * inv_h
+        if has_contacts:
+            depth = contact[3, i]
+            if depth > F0:
+                contact[3, i] = F0
+                nx, ny, nz = contact[0, i], contact[1, i], contact[2, i]
+                cx, cy, cz = contact[4, i], contact[5, i], contact[6, i]
+                rx, ry, rz = vx - cx, vy - cy, vz - cz
+                vn = rx * nx + ry * ny + rz * nz
+                tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
+                tl = np.sqrt(tx * tx + ty * ty + tz * tz)
+                dvn = depth * inv_h
+                if tl <= mu_s * dvn:
+                    tx, ty, tz = F0, F0, F0
+                else:
+                    f = F1 - mu_k * dvn / tl
+                    if f < F0:
+                        f = F0
+                    tx, ty, tz = tx * f, ty * f, tz * f
+                vx, vy, vz = cx + tx, cy + ty, cz + tz
+        v2 = vx * vx + vy * vy + vz * vz
+        if max_v > F0 and v2 > vmax2:
+            sc = max_v / np.sqrt(v2)
+            vx, vy, vz = vx * sc, vy * sc, vz * sc
+        if not (np.isfinite(v2) and np.isfinite(pos[0, i]) and np.isfinite(pos[1, i])
+                and np.isfinite(pos[2, i])):
+            bad += 1
+        vel[0, i] = vx
+        vel[1, i] = vy
+        vel[2, i] = vz
+    return bad
+
+
+# ---------------------------------------------------------------- one step
+
+@njit(**JIT)
+def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda):
+    ha = F1 / (h * h)
+    a, b, wa, wb, rest, lam = stretch
+    solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_STRETCH] * ha, cfg[C_D_STRETCH], use_lambda)
+    a, b, wa, wb, rest, lam = shear
+    solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_SHEAR] * ha, cfg[C_D_SHEAR], use_lambda)
+    idx, k, wk, swk2, rest, lam = bend
+    solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, cfg[C_A_BEND] * ha, cfg[C_D_BEND], use_lambda)
+    if cfg[C_USE_TETHERS] != F0:
+        tv, ta, tl, tw = tether
+        solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
+
+
+@njit(**JIT)
+def begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
+                  cap0, cap1, plane1, hit, entry, sub, stretch, shear, bend, soft_lam):
+    substeps = np.uint64(cfg[C_SUBSTEPS])
+    h = cfg[C_H]
+    t0 = np.float32(sub) / np.float32(substeps)
+    t1 = np.float32(sub + 1) / np.float32(substeps)
+    kin, soft, soft_alpha, pin_start, pin_end = pins
+    predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pin_end, t1)
+    if caps.shape[0] + planes.shape[0] > 0:
+        interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
+    if caps.shape[0] > 0:
+        generate_contacts(pos, prev, inv_mass, cap0, cap1, cfg[C_MARGIN], hit, entry)
+    if cfg[C_ITERATIONS] > F1:
+        stretch[5][:] = F0
+        shear[5][:] = F0
+        bend[5][:] = F0
+        soft_lam[:] = F0
+    return t1
+
+
+@njit(**JIT)
+def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1):
+    h = cfg[C_H]
+    use_lambda = cfg[C_ITERATIONS] > F1
+    solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda)
+    kin, soft, soft_alpha, pin_start, pin_end = pins
+    if soft.shape[0] > 0:
+        solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
+
+
+@njit(**JIT)
+def finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts):
+    return update_velocities(pos, prev, vel, inv_mass, contact, cfg[C_H], cfg[C_MU_S], cfg[C_MU_K],
+                             cfg[C_MAXV], has_contacts)
+
+
+@njit(**JIT)
+def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
+               cap0, cap1, plane1, hit, entry, contact, stretch, shear, bend, tether, soft_lam):
+    """A whole step in one compiled call (no self collision)."""
+    substeps = np.uint64(cfg[C_SUBSTEPS])
+    iterations = np.uint64(cfg[C_ITERATIONS])
+    has_contacts = caps.shape[0] + planes.shape[0] > 0
+    bad = 0
+    for sub in range(substeps):
+        t1 = begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
+                           cap0, cap1, plane1, hit, entry, sub, stretch, shear, bend, soft_lam)
+        for _ in range(iterations):
+            iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1)
+            if has_contacts:
+                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact)
+        bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
+        if bad > 0:
+            break
+    return bad

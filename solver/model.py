@@ -1,0 +1,259 @@
+"""The cloth model (built once per cloth) and its simulation state."""
+
+import numpy as np
+
+from . import topology
+from .params import ClothParams, SolverError
+
+
+def _u32(a):
+    return np.ascontiguousarray(a, dtype=np.uint32)
+
+
+def _f32(a):
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+class State:
+    """Positions and velocities, structure of arrays float32 (3, n), world space.
+
+    pin_targets holds the pin targets at the end of the last step (the start
+    of the next one)."""
+
+    def __init__(self, positions, velocities, pin_targets):
+        self.positions = positions
+        self.velocities = velocities
+        self.pin_targets = pin_targets
+
+    def positions_aos(self):
+        """(n, 3) float32 copy of the positions."""
+        return np.ascontiguousarray(self.positions.T)
+
+    def velocities_aos(self):
+        return np.ascontiguousarray(self.velocities.T)
+
+    def copy(self):
+        return State(self.positions.copy(), self.velocities.copy(), self.pin_targets.copy())
+
+
+class DistanceConstraints:
+    """One class of distance constraints in colour order (stable-sorted by
+    colour; batch c is [offsets[c], offsets[c+1]))."""
+
+    def __init__(self, pairs, rest_positions):
+        n = len(rest_positions)
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        order, self.offsets = topology.colour_order(pairs, n)
+        pairs = pairs[order]
+        self.a = _u32(pairs[:, 0])
+        self.b = _u32(pairs[:, 1])
+        r = rest_positions.astype(np.float64)
+        self.rest = _f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
+        self.lam = np.zeros(len(pairs), dtype=np.float32)
+        self.wa = np.zeros(len(pairs), dtype=np.float32)
+        self.wb = np.zeros(len(pairs), dtype=np.float32)
+
+    def __len__(self):
+        return len(self.a)
+
+    @property
+    def pairs(self):
+        return np.stack([self.a, self.b], axis=1).astype(np.int64)
+
+    def set_inverse_masses(self, inv_mass):
+        # Per-constraint copies: unit-stride loads instead of gathers.
+        self.wa[:] = inv_mass[self.a]
+        self.wb[:] = inv_mass[self.b]
+
+    def packed(self):
+        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam)
+
+
+class BendingConstraints:
+    def __init__(self, rest_positions, triangles):
+        n = len(rest_positions)
+        idx, k, rest_norm = topology.bending_elements(rest_positions, triangles)
+        order, self.offsets = topology.colour_order(idx, n)
+        self.idx_aos = idx[order]
+        self.k64 = k[order]
+        self.rest64 = rest_norm[order]
+        self.idx = _u32(self.idx_aos.T)
+        self.k = _f32(self.k64.T)
+        self.wk = np.zeros_like(self.k)
+        self.swk2 = np.zeros(len(idx), dtype=np.float32)
+        self.rest = _f32(self.rest64)
+        self.lam = np.zeros(len(idx), dtype=np.float32)
+
+    def __len__(self):
+        return len(self.rest)
+
+    def set_inverse_masses(self, inv_mass):
+        w = inv_mass[self.idx_aos].T.astype(np.float64)
+        self.wk[:] = w * self.k64.T
+        self.swk2[:] = np.sum(w * self.k64.T ** 2, axis=0)
+
+    def energy(self, positions, compliance=1.0):
+        """Bending energy of (n, 3) positions, sum 0.5 C^2 / compliance."""
+        return topology.bending_energy(positions, self.idx_aos, self.k64, self.rest64, compliance)
+
+    def packed(self):
+        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam)
+
+
+class Model:
+    """Everything derived once from the rest mesh, plus the current pins.
+
+    Public attributes others rely on: n, rest_positions (n, 3) float32,
+    triangles (t, 3) int32 (fan triangulation of the polygons), region (n,)
+    int32, mass (n,) float32, pin_weight (n,) float32, self_collision (None or
+    an object with detect(pos, vel, dt, gravity) and solve(pos, prev_pos)).
+    """
+
+    def __init__(self, rest_positions, face_indices, face_sizes, mass, pin_weight, region):
+        n = len(rest_positions)
+        self.n = n
+        self.rest_positions = _f32(rest_positions)
+        self.face_indices = np.asarray(face_indices, dtype=np.int64)
+        self.face_sizes = np.asarray(face_sizes, dtype=np.int64)
+        self.mass = _f32(mass)
+        self.region = np.ascontiguousarray(region, dtype=np.int32)
+        self.self_collision = None
+
+        self.triangles = topology.triangulate(self.face_indices, self.face_sizes)
+        struct = topology.structural_edges(self.face_indices, self.face_sizes)
+        diag = topology.quad_diagonals(self.face_indices, self.face_sizes)
+        if len(diag) and len(struct):
+            # A quad diagonal that is also some polygon's edge stays structural.
+            skey = struct[:, 0] * n + struct[:, 1]
+            diag = diag[~np.isin(diag[:, 0] * n + diag[:, 1], skey)]
+        self.stretch = DistanceConstraints(struct, self.rest_positions)
+        self.shear = DistanceConstraints(diag, self.rest_positions)
+        self.bend = BendingConstraints(self.rest_positions, self.triangles)
+
+        t = self.triangles.astype(np.int64)
+        tri_edges = topology.unique_pairs(np.concatenate([t[:, 0], t[:, 1], t[:, 2]]),
+                                          np.concatenate([t[:, 1], t[:, 2], t[:, 0]]))
+        parts = [p for p in (struct, diag, tri_edges) if len(p)]
+        self.graph_edges = np.unique(np.concatenate(parts), axis=0) if parts else np.zeros((0, 2), np.int64)
+        self.tris_soa = _u32(self.triangles.T) if len(self.triangles) else np.zeros((3, 0), np.uint32)
+
+        # Solver scratch (one step at a time per model).
+        self.prev = np.zeros((3, n), dtype=np.float32)
+        self.hit = np.zeros(n, dtype=np.uint8)
+        self.entry = np.zeros((9, n), dtype=np.float32)
+        self.contact = np.zeros((7, n), dtype=np.float32)
+        self.pin_weight = None
+        self.set_pin_weight(pin_weight)
+
+    # -- pins ---------------------------------------------------------------
+
+    def set_pin_weight(self, pin_weight):
+        """Add, release or re-weight pins without a rebuild: inverse masses,
+        the per-constraint copies and the tethers follow."""
+        w = np.asarray(pin_weight, dtype=np.float32).ravel()
+        if w.shape != (self.n,):
+            raise SolverError(f"pin_weight must have shape ({self.n},), got {np.shape(pin_weight)}")
+        if not np.all(np.isfinite(w)):
+            raise SolverError("pin_weight contains NaN or Inf")
+        if np.any(w < -1e-6) or np.any(w > 1 + 1e-6):
+            raise SolverError(f"pin_weight must lie in 0..1, got range {w.min()}..{w.max()}")
+        w = np.clip(w, 0.0, 1.0)
+        if self.pin_weight is not None and np.array_equal(w, self.pin_weight):
+            return False
+        self.pin_weight = w
+        kinematic = w >= 1.0
+        self.kinematic = _u32(np.flatnonzero(kinematic))
+        self.soft = _u32(np.flatnonzero((w > 0.0) & ~kinematic))
+        self.soft_weight = w[self.soft].astype(np.float32)
+        self.soft_lam = np.zeros((3, len(self.soft)), dtype=np.float32)
+        self.inv_mass = np.where(kinematic, 0.0, 1.0 / self.mass).astype(np.float32)
+        self.stretch.set_inverse_masses(self.inv_mass)
+        self.shear.set_inverse_masses(self.inv_mass)
+        self.bend.set_inverse_masses(self.inv_mass)
+        tv, ta, tl = topology.geodesic_tethers(self.rest_positions, self.graph_edges, self.kinematic.astype(np.int64))
+        self.tether_vertex = _u32(tv)
+        self.tether_anchor = _u32(ta)
+        self.tether_length = _f32(tl)
+        self.tether_w = _f32(self.inv_mass[tv])
+        return True
+
+    def soft_pin_compliance(self, params):
+        w = self.soft_weight
+        return _f32(params.pin_compliance * (1.0 - w) / np.maximum(w, 1e-12))
+
+    # -- state ----------------------------------------------------------------
+
+    def new_state(self, positions=None, velocities=None):
+        """A state at rest (or at the given (n, 3) positions), velocities zero."""
+        p = self.rest_positions if positions is None else np.asarray(positions, dtype=np.float32)
+        if p.shape != (self.n, 3) or not np.all(np.isfinite(p)):
+            raise SolverError(f"positions must be finite with shape ({self.n}, 3)")
+        pos = np.ascontiguousarray(p.T, dtype=np.float32)
+        vel = np.zeros((3, self.n), dtype=np.float32)
+        if velocities is not None:
+            v = np.asarray(velocities, dtype=np.float32)
+            if v.shape != (self.n, 3) or not np.all(np.isfinite(v)):
+                raise SolverError(f"velocities must be finite with shape ({self.n}, 3)")
+            vel[:] = v.T
+        return State(pos, vel, pos.copy())
+
+    def bending_energy(self, positions, compliance=1.0):
+        return self.bend.energy(positions, compliance)
+
+
+def build_model(rest_positions, face_indices, face_sizes, mass, pin_weight, params=None, region=None):
+    """Build a cloth model once from arrays.
+
+    rest_positions: (n, 3) world-space rest positions.
+    face_indices: flat polygon corner vertex indices (Blender's order).
+    face_sizes: (f,) corners per polygon (>= 3); quads stay quads.
+    mass: (n,) kg per vertex (see vertex_masses); <= 0 entries get the mean
+        of the positive ones.
+    pin_weight: (n,) 0..1; 1 = kinematic, 0 < w < 1 = soft attachment.
+    params: ClothParams (only validated here; every setting may change later).
+    region: (n,) int per-vertex region id for self collision (default 0).
+    Raises SolverError naming the array at fault.
+    """
+    if params is not None:
+        params.validate()
+    rest = np.asarray(rest_positions, dtype=np.float64)
+    if rest.ndim != 2 or rest.shape[1] != 3:
+        raise SolverError(f"rest_positions must have shape (n, 3), got {rest.shape}")
+    n = rest.shape[0]
+    if n == 0:
+        raise SolverError("the mesh has no vertices")
+    if not np.all(np.isfinite(rest)):
+        raise SolverError("rest_positions contains NaN or Inf")
+    fi = np.asarray(face_indices).ravel()
+    fs = np.asarray(face_sizes).ravel()
+    if fi.size and not np.issubdtype(fi.dtype, np.integer):
+        raise SolverError(f"face_indices must be integers, got {fi.dtype}")
+    if fs.size and not np.issubdtype(fs.dtype, np.integer):
+        raise SolverError(f"face_sizes must be integers, got {fs.dtype}")
+    fi = fi.astype(np.int64)
+    fs = fs.astype(np.int64)
+    if np.any(fs < 3):
+        raise SolverError(f"face_sizes must all be >= 3 (polygon {int(np.argmax(fs < 3))} has {fs[fs < 3][0]})")
+    if int(fs.sum()) != len(fi):
+        raise SolverError(f"face_sizes sum to {int(fs.sum())} but face_indices has {len(fi)} entries")
+    if len(fi) and (fi.min() < 0 or fi.max() >= n):
+        raise SolverError(f"face_indices out of range 0..{n - 1} (found {fi.min()}..{fi.max()})")
+    m = np.asarray(mass, dtype=np.float64).ravel()
+    if m.shape != (n,):
+        raise SolverError(f"mass must have shape ({n},), got {np.shape(mass)}")
+    if not np.all(np.isfinite(m)):
+        raise SolverError("mass contains NaN or Inf")
+    positive = m > 0
+    if not positive.all():
+        m = m.copy()
+        m[~positive] = m[positive].mean() if positive.any() else 1e-3
+    if region is None:
+        region = np.zeros(n, dtype=np.int32)
+    region = np.asarray(region).ravel()
+    if region.shape != (n,):
+        raise SolverError(f"region must have shape ({n},), got {np.shape(region)}")
+    return Model(rest, fi, fs, m, pin_weight, region)
+
+
+def default_params():
+    return ClothParams()

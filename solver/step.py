@@ -1,0 +1,150 @@
+"""step(): advance a cloth state by dt, reading like the pipeline.
+
+predict -> colliders (swept contacts) -> [stretch, shear, bend, tether, soft
+pins, self contacts, colliders] x iterations -> velocities, for each substep.
+"""
+
+import numpy as np
+
+from . import kernels as K
+from .params import ClothParams, SolverError
+
+_EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
+_EMPTY_PLANES = np.zeros((0, 12), dtype=np.float32)
+
+
+def _per_vertex(name, value, n):
+    """(n, 3) or (3,) -> (3, n) float32, validated."""
+    a = np.asarray(value, dtype=np.float32)
+    if a.shape == (3,):
+        a = np.broadcast_to(a[:, None], (3, n))
+        if not np.all(np.isfinite(a[:, 0])):
+            raise SolverError(f"{name} contains NaN or Inf")
+        return np.ascontiguousarray(a)
+    if a.shape != (n, 3):
+        raise SolverError(f"{name} must have shape ({n}, 3) or (3,), got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise SolverError(f"{name} contains NaN or Inf")
+    return np.ascontiguousarray(a.T)
+
+
+def _config(params, h):
+    cfg = np.zeros(K.C_SIZE, dtype=np.float32)
+    cfg[K.C_H] = h
+    cfg[K.C_GX:K.C_GZ + 1] = params.gravity
+    cfg[K.C_A_STRETCH] = params.stretch_compliance
+    cfg[K.C_A_SHEAR] = params.shear_compliance
+    cfg[K.C_A_BEND] = params.bend_compliance
+    cfg[K.C_A_TETHER] = params.tether_compliance
+    cfg[K.C_D_STRETCH] = params.stretch_damping
+    cfg[K.C_D_SHEAR] = params.shear_damping
+    cfg[K.C_D_BEND] = params.bend_damping
+    cfg[K.C_D_TETHER] = params.tether_damping
+    cfg[K.C_TETHER_SCALE] = params.tether_scale
+    cfg[K.C_AIR_DRAG] = params.air_drag
+    cfg[K.C_AIR_DENSITY] = params.air_density
+    cfg[K.C_CD] = params.drag_coefficient
+    cfg[K.C_CL] = params.lift_coefficient
+    cfg[K.C_MARGIN] = params.collision_margin
+    cfg[K.C_MU_S] = params.friction_static
+    cfg[K.C_MU_K] = params.friction_kinetic
+    cfg[K.C_MAXV] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
+    cfg[K.C_USE_TETHERS] = 1.0 if params.tethers else 0.0
+    cfg[K.C_SUBSTEPS] = int(params.substeps)
+    cfg[K.C_ITERATIONS] = int(params.iterations)
+    return cfg
+
+
+def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
+    """Advance `state` (in place) by dt seconds.
+
+    inputs: StepInputs or None. params: ClothParams (default ClothParams());
+    may differ from the build-time params. All inputs are validated before the
+    state is touched; a bad input raises SolverError and changes nothing.
+    Raises SolverError if the step produced NaN/Inf (then the state is
+    invalid and should be reset).
+    """
+    if params is None:
+        params = ClothParams()
+    params.validate()
+    dt = float(dt)
+    if not np.isfinite(dt) or dt <= 0.0:
+        raise SolverError(f"dt must be a positive finite number of seconds, got {dt}")
+    n = model.n
+    substeps = int(params.substeps)
+    h = dt / substeps
+
+    # ---- validate and convert inputs (nothing is modified before this ends)
+    pin_weight = targets = caps = planes = accel = wind = None
+    if inputs is not None:
+        if inputs.pin_weight is not None:
+            pin_weight = inputs.pin_weight
+        if inputs.pin_targets is not None:
+            targets = _per_vertex("pin_targets", inputs.pin_targets, n)
+        if inputs.capsules is not None:
+            caps = inputs.capsules.packed()
+        if inputs.planes is not None:
+            planes = inputs.planes.packed()
+        if inputs.acceleration is not None:
+            accel = _per_vertex("acceleration", inputs.acceleration, n)
+        if inputs.wind_velocity is not None:
+            wind = _per_vertex("wind_velocity", inputs.wind_velocity, n)
+    if pin_weight is not None:
+        old = model.pin_weight
+        if model.set_pin_weight(pin_weight):
+            # Newly pinned vertices start from where they are.
+            new = (old == 0) & (model.pin_weight > 0)
+            state.pin_targets[:, new] = state.positions[:, new]
+
+    cfg = _config(params, h)
+    cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
+    cfg[K.C_USE_WIND] = 1.0 if wind is not None else 0.0
+    dummy = model.prev[:, :1]
+    accel = dummy if accel is None else accel
+    wind = dummy if wind is None else wind
+    caps = _EMPTY_CAPS if caps is None else caps
+    planes = _EMPTY_PLANES if planes is None else planes
+    pin_start = state.pin_targets
+    pin_end = pin_start if targets is None else targets
+    soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
+    pins = (model.kinematic, model.soft, soft_alpha, pin_start, pin_end)
+    cap0 = np.zeros((caps.shape[0], 14), dtype=np.float32)
+    cap1 = np.zeros((caps.shape[0], 14), dtype=np.float32)
+    plane1 = np.zeros((planes.shape[0], 9), dtype=np.float32)
+    tether = (model.tether_vertex, model.tether_anchor, model.tether_length, model.tether_w)
+    stretch, shear, bend = model.stretch.packed(), model.shear.packed(), model.bend.packed()
+    pos, vel, prev = state.positions, state.velocities, model.prev
+    sc = model.self_collision
+
+    if sc is None:
+        bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
+                           caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.contact,
+                           stretch, shear, bend, tether, model.soft_lam)
+    else:
+        # Self collision: contacts found once against the whole step's
+        # predicted motion, solved every iteration before the colliders.
+        sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
+        has_contacts = caps.shape[0] + planes.shape[0] > 0
+        bad = 0
+        for sub in range(substeps):
+            t1 = K.begin_substep(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
+                                 caps, planes, cap0, cap1, plane1, model.hit, model.entry, sub,
+                                 stretch, shear, bend, model.soft_lam)
+            for _ in range(int(params.iterations)):
+                K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, pins,
+                                  model.soft_lam, t1)
+                sc.solve(pos, prev)
+                if has_contacts:
+                    K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
+                                        model.hit, model.entry, model.contact)
+            bad += K.finish_substep(pos, prev, vel, model.inv_mass, cfg, model.contact, has_contacts)
+            if bad:
+                break
+    if targets is not None:
+        state.pin_targets[:] = targets
+    if bad:
+        raise SolverError(
+            f"the step produced NaN/Inf at {bad} vertices (dt={dt}, substeps={substeps}, "
+            f"iterations={params.iterations}); the cloth state is invalid, reset it. "
+            "Check for extreme compliance, masses or collider motion.")
+    return state

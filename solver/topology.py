@@ -1,0 +1,271 @@
+"""Model building from polygons: edges, triangulation, bending stencils,
+geodesic tethers, greedy colouring, vertex masses. Runs once per cloth."""
+
+import heapq
+
+import numpy as np
+from numba import njit
+
+from .params import SolverError
+
+GEOM_EPS = 1e-12
+
+
+def polygon_starts(face_sizes):
+    starts = np.zeros(len(face_sizes), dtype=np.int64)
+    if len(face_sizes) > 1:
+        np.cumsum(face_sizes[:-1], out=starts[1:])
+    return starts
+
+
+def structural_edges(face_indices, face_sizes):
+    """Unique polygon edges (i < j), self-edges dropped. (e, 2) int64."""
+    if len(face_sizes) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    starts = polygon_starts(face_sizes)
+    poly = np.repeat(np.arange(len(face_sizes)), face_sizes)
+    corner = np.arange(len(face_indices))
+    nxt = corner + 1
+    last = nxt == (starts + face_sizes)[poly]
+    nxt[last] = starts[poly[last]]
+    return unique_pairs(face_indices[corner], face_indices[nxt])
+
+
+def quad_diagonals(face_indices, face_sizes):
+    """Both diagonals of every quad, unique, (d, 2) int64."""
+    starts = polygon_starts(face_sizes)[face_sizes == 4]
+    a = np.concatenate([face_indices[starts], face_indices[starts + 1]])
+    b = np.concatenate([face_indices[starts + 2], face_indices[starts + 3]])
+    return unique_pairs(a, b)
+
+
+def unique_pairs(a, b):
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    keep = lo != hi
+    pairs = np.stack([lo[keep], hi[keep]], axis=1)
+    if len(pairs) == 0:
+        return pairs.reshape(0, 2)
+    return np.unique(pairs, axis=0)
+
+
+def triangulate(face_indices, face_sizes):
+    """Fan triangulation (corner 0, j, j+1) of every polygon; triangles with a
+    repeated vertex are dropped. Quads split along their 0-2 diagonal."""
+    if len(face_sizes) == 0:
+        return np.zeros((0, 3), dtype=np.int32)
+    starts = polygon_starts(face_sizes)
+    ntri = np.maximum(face_sizes - 2, 0)
+    poly = np.repeat(np.arange(len(face_sizes)), ntri)
+    j = np.arange(ntri.sum()) - np.repeat(np.cumsum(ntri) - ntri, ntri) + 1
+    s = starts[poly]
+    tris = np.stack([face_indices[s], face_indices[s + j], face_indices[s + j + 1]], axis=1)
+    ok = (tris[:, 0] != tris[:, 1]) & (tris[:, 1] != tris[:, 2]) & (tris[:, 0] != tris[:, 2])
+    return np.ascontiguousarray(tris[ok], dtype=np.int32)
+
+
+def bending_elements(rest, triangles):
+    """Bergou et al. 2006 isometric bending, one element per interior edge
+    (an edge shared by exactly two triangles).
+
+    Returns idx (m, 4) [edge v0, edge v1, apex of tri A, apex of tri B],
+    k (m, 4) float64 = cotangent weights * sqrt(3 / (A0 + A1)) so that
+    |sum k_i x_i|^2 / 2 is the element's bending energy per unit stiffness,
+    and rest_norm (m,) = |sum k_i x_i| at rest (0 for a flat rest pose).
+    Elements touching a zero-area triangle are skipped (no curvature there).
+    """
+    t = np.asarray(triangles, dtype=np.int64)
+    if len(t) == 0:
+        return np.zeros((0, 4), np.int64), np.zeros((0, 4)), np.zeros(0)
+    # Each triangle contributes 3 edges with its opposite vertex.
+    ea = np.concatenate([t[:, 0], t[:, 1], t[:, 2]])
+    eb = np.concatenate([t[:, 1], t[:, 2], t[:, 0]])
+    opp = np.concatenate([t[:, 2], t[:, 0], t[:, 1]])
+    lo, hi = np.minimum(ea, eb), np.maximum(ea, eb)
+    key = lo * (int(hi.max()) + 1) + hi
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    # Group sizes; keep groups of exactly two (manifold interior edges).
+    bounds = np.flatnonzero(np.diff(ks)) + 1
+    gstart = np.concatenate([[0], bounds])
+    gsize = np.diff(np.concatenate([gstart, [len(ks)]]))
+    g = gstart[gsize == 2]
+    first, second = order[g], order[g + 1]
+    idx = np.stack([lo[first], hi[first], opp[first], opp[second]], axis=1)
+    idx = idx[idx[:, 2] != idx[:, 3]]
+
+    x0, x1, x2, x3 = (rest[idx[:, c]].astype(np.float64) for c in range(4))
+
+    def cot(u, v):
+        cr = np.linalg.norm(np.cross(u, v), axis=1)
+        return np.einsum("ij,ij->i", u, v) / np.maximum(cr, GEOM_EPS), cr
+
+    e0, e1, e2, e3, e4 = x1 - x0, x2 - x0, x3 - x0, x2 - x1, x3 - x1
+    c01, s0 = cot(e0, e1)
+    c02, s1 = cot(e0, e2)
+    c03, _ = cot(-e0, e3)
+    c04, _ = cot(-e0, e4)
+    area = 0.5 * (s0 + s1)
+    elen = np.linalg.norm(e0, axis=1)
+    ok = (s0 > 1e-8 * np.maximum(elen * elen, GEOM_EPS)) & (s1 > 1e-8 * np.maximum(elen * elen, GEOM_EPS)) & (elen > 0)
+    ok &= (np.linalg.norm(e3, axis=1) > 0) & (np.linalg.norm(e4, axis=1) > 0)
+    idx, c01, c02, c03, c04, area = idx[ok], c01[ok], c02[ok], c03[ok], c04[ok], area[ok]
+    k = np.stack([c03 + c04, c01 + c02, -c01 - c03, -c02 - c04], axis=1)
+    k *= np.sqrt(3.0 / area)[:, None]
+    xs = np.stack([rest[idx[:, c]].astype(np.float64) for c in range(4)], axis=1)
+    lvec = np.einsum("mc,mcd->md", k, xs)
+    rest_norm = np.linalg.norm(lvec, axis=1)
+    # A flat stencil's L is zero up to round-off; make that exact.
+    scale = np.einsum("mc,mcd->m", np.abs(k), np.abs(xs)) + GEOM_EPS
+    rest_norm[rest_norm < 1e-6 * scale] = 0.0
+    return idx, k, rest_norm
+
+
+def bending_energy(positions, idx, k, rest_norm, compliance=1.0):
+    """Total bending energy sum 0.5 (|sum k_i x_i| - rest)^2 / compliance."""
+    x = np.asarray(positions, dtype=np.float64)
+    lvec = np.einsum("mc,mcd->md", k, x[idx])
+    c = np.linalg.norm(lvec, axis=1) - rest_norm
+    return 0.5 * float(np.sum(c * c)) / compliance
+
+
+@njit(cache=True)
+def _greedy_colour(idx, n_vertices, words):
+    m, arity = idx.shape
+    used = np.zeros((n_vertices, words), dtype=np.uint64)
+    colour = np.empty(m, dtype=np.int64)
+    for c in range(m):
+        chosen = -1
+        for w in range(words):
+            occ = np.uint64(0)
+            for j in range(arity):
+                occ |= used[idx[c, j], w]
+            if occ != np.uint64(0xFFFFFFFFFFFFFFFF):
+                bit = 0
+                while (occ >> np.uint64(bit)) & np.uint64(1):
+                    bit += 1
+                chosen = w * 64 + bit
+                break
+        colour[c] = chosen
+        if chosen >= 0:
+            w = chosen // 64
+            mask = np.uint64(1) << np.uint64(chosen % 64)
+            for j in range(arity):
+                used[idx[c, j], w] |= mask
+    return colour
+
+
+def greedy_colour(idx, n_vertices):
+    """Greedy graph colouring: no two constraints of one colour share a vertex.
+
+    idx: (m, arity) vertex indices. Returns (m,) int64 colours 0..C-1.
+    """
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    if len(idx) == 0:
+        return np.zeros(0, dtype=np.int64)
+    incidence = np.bincount(idx.ravel(), minlength=n_vertices).max()
+    words = int(incidence * idx.shape[1]) // 64 + 1
+    colour = _greedy_colour(idx, n_vertices, words)
+    assert colour.min() >= 0
+    return colour
+
+
+def colour_order(idx, n_vertices):
+    """Stable sort by colour: (order, batch_offsets) with batch c spanning
+    order[offsets[c]:offsets[c+1]]."""
+    colour = greedy_colour(idx, n_vertices)
+    order = np.argsort(colour, kind="stable")
+    counts = np.bincount(colour) if len(colour) else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(len(counts) + 1, dtype=np.uint32)
+    np.cumsum(counts, out=offsets[1:])
+    return order, offsets
+
+
+@njit(cache=True)
+def _dijkstra(indptr, nbr, wgt, sources, n):
+    dist = np.full(n, np.inf)
+    origin = np.full(n, -1, dtype=np.int64)
+    heap = [(0.0, np.int64(0))]
+    heap.pop()
+    for s in sources:
+        dist[s] = 0.0
+        origin[s] = s
+        heap.append((0.0, np.int64(s)))
+    heapq.heapify(heap)
+    while len(heap) > 0:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        for e in range(indptr[u], indptr[u + 1]):
+            v = nbr[e]
+            nd = d + wgt[e]
+            if nd < dist[v]:
+                dist[v] = nd
+                origin[v] = origin[u]
+                heapq.heappush(heap, (nd, v))
+    return dist, origin
+
+
+def geodesic_tethers(rest, edges, anchors):
+    """Long-range attachments: each vertex reachable from an anchor gets
+    (anchor, geodesic rest distance) via multi-source Dijkstra along the rest
+    edges (so a cape's hem is not tethered straight through the body).
+    Returns (vertex, anchor, length) for non-anchor reachable vertices."""
+    n = len(rest)
+    anchors = np.asarray(anchors, dtype=np.int64)
+    if len(anchors) == 0 or len(edges) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, np.zeros(0)
+    r = rest.astype(np.float64)
+    length = np.linalg.norm(r[edges[:, 0]] - r[edges[:, 1]], axis=1)
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    w = np.concatenate([length, length])
+    order = np.argsort(src, kind="stable")
+    nbr, wgt = dst[order], w[order]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    dist, origin = _dijkstra(indptr, nbr, wgt, anchors, n)
+    is_anchor = np.zeros(n, dtype=bool)
+    is_anchor[anchors] = True
+    v = np.flatnonzero((origin >= 0) & ~is_anchor)
+    return v, origin[v], dist[v]
+
+
+def vertex_masses(rest_positions, face_indices, face_sizes, areal_density, weight=None):
+    """Per-vertex mass (kg): each polygon's area (sum of its fan triangles) x
+    areal_density (kg/m^2), split equally among its corners; optional (n,)
+    weight scales each vertex's mass. Vertices in no polygon (or only in
+    zero-area ones) get the mean mass of the others, so they still fall."""
+    rest = np.asarray(rest_positions, dtype=np.float64)
+    fi = np.asarray(face_indices, dtype=np.int64).ravel()
+    fs = np.asarray(face_sizes, dtype=np.int64).ravel()
+    n = len(rest)
+    if rest.ndim != 2 or rest.shape[1] != 3:
+        raise SolverError(f"rest_positions must have shape (n, 3), got {rest.shape}")
+    if fs.sum() != len(fi):
+        raise SolverError(f"face_sizes sum to {fs.sum()} but face_indices has {len(fi)} entries")
+    if not np.isfinite(areal_density) or areal_density <= 0:
+        raise SolverError(f"areal_density must be a positive number (kg/m^2), got {areal_density}")
+    mass = np.zeros(n)
+    if len(fs):
+        starts = polygon_starts(fs)
+        ntri = np.maximum(fs - 2, 0)
+        poly = np.repeat(np.arange(len(fs)), ntri)
+        j = np.arange(ntri.sum()) - np.repeat(np.cumsum(ntri) - ntri, ntri) + 1
+        s = starts[poly]
+        a, b, c = rest[fi[s]], rest[fi[s + j]], rest[fi[s + j + 1]]
+        tri_area = 0.5 * np.linalg.norm(np.cross(b - a, c - a), axis=1)
+        poly_area = np.bincount(poly, weights=tri_area, minlength=len(fs))
+        per_corner = np.repeat(poly_area / np.maximum(fs, 1), fs)
+        mass = np.bincount(fi, weights=per_corner, minlength=n) * areal_density
+    if weight is not None:
+        wv = np.asarray(weight, dtype=np.float64).ravel()
+        if wv.shape != (n,) or not np.all(np.isfinite(wv)) or np.any(wv < 0):
+            raise SolverError(f"weight must be (n,) finite, >= 0 with n={n}")
+        mass = mass * wv
+    positive = mass > 0
+    fill = mass[positive].mean() if positive.any() else areal_density * 1e-4
+    mass[~positive] = fill
+    return mass.astype(np.float32)
