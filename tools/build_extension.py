@@ -275,7 +275,7 @@ def stage_tree(stage: pathlib.Path, platforms: list[str], wheels: list[str]) -> 
 
     def ignore(directory, names):
         top = pathlib.Path(directory) == ROOT
-        return [n for n in names if n == "__pycache__" or (top and n in skip_top)]
+        return [n for n in names if top and n in skip_top]
 
     shutil.copytree(ROOT, stage, symlinks=True, ignore=ignore)
     text = MANIFEST.read_text()
