@@ -1,3 +1,141 @@
-"""Filled in by its issue."""
+"""Cloth operators: ``drape.cloth_add``, ``drape.cloth_remove``, ``drape.reset``
+and ``drape.cloth_preset_add`` (Blender's preset machinery)."""
 
-classes = ()
+import bpy
+from bpy.props import BoolProperty, StringProperty
+from bl_operators.presets import AddPresetBase
+
+from ..scene import meshdata, runtime, writeback
+
+
+def _targets(context):
+    objs = list(context.selected_objects)
+    if not objs and context.active_object is not None:
+        objs = [context.active_object]
+    return objs
+
+
+class DRAPE_OT_cloth_add(bpy.types.Operator):
+    """Make the selected meshes Drape cloths (live in the timeline)"""
+
+    bl_idname = "drape.cloth_add"
+    bl_label = "Add Drape Cloth"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    pin_group: StringProperty(name="Pin group", description="Vertex group to pin (optional)", default="")
+
+    @classmethod
+    def poll(cls, context):
+        if context.mode != 'OBJECT':
+            cls.poll_message_set("Switch to Object Mode")
+            return False
+        if not _targets(context):
+            cls.poll_message_set("Select the mesh to simulate")
+            return False
+        return True
+
+    def execute(self, context):
+        objs = [o for o in _targets(context) if not (o.type == 'MESH' and o.drape.enabled)]
+        if not objs:
+            self.report({'WARNING'}, "The selected objects are already Drape cloths")
+            return {'CANCELLED'}
+        depsgraph = context.evaluated_depsgraph_get()
+        problems = []
+        for obj in objs:
+            problems += meshdata.check_mesh(obj, "cloth", depsgraph=depsgraph)
+            if self.pin_group and obj.type == 'MESH' and obj.vertex_groups.get(self.pin_group) is None:
+                problems.append(f"'{obj.name}' has no vertex group '{self.pin_group}' (its pin group)")
+        if problems:  # all or nothing: no object changes when one is unusable
+            self.report({'ERROR'}, "Nothing changed: " + "; ".join(problems))
+            return {'CANCELLED'}
+        for obj in objs:
+            settings = obj.drape
+            settings.uid = runtime.new_uid()
+            if self.pin_group:
+                settings.pin_group = self.pin_group
+            settings.enabled = True
+            writeback.ensure_modifier(obj)
+        names = ", ".join(f"'{o.name}'" for o in objs)
+        self.report({'INFO'}, f"Drape cloth added to {names}; play the timeline to simulate")
+        return {'FINISHED'}
+
+
+class DRAPE_OT_cloth_remove(bpy.types.Operator):
+    """Stop simulating the selected Drape cloths and remove their Drape modifier"""
+
+    bl_idname = "drape.cloth_remove"
+    bl_label = "Remove Drape Cloth"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        if context.mode != 'OBJECT':
+            cls.poll_message_set("Switch to Object Mode")
+            return False
+        if not any(runtime.is_cloth(o) for o in _targets(context)):
+            cls.poll_message_set("Select a Drape cloth")
+            return False
+        return True
+
+    def execute(self, context):
+        objs = [o for o in _targets(context) if runtime.is_cloth(o)]
+        for obj in objs:
+            runtime.drop(obj)
+            writeback.remove_modifier(obj)
+            obj.drape.enabled = False
+        self.report({'INFO'}, "Drape cloth removed from " + ", ".join(f"'{o.name}'" for o in objs))
+        return {'FINISHED'}
+
+
+class DRAPE_OT_reset(bpy.types.Operator):
+    """Drop the live simulation cache; it restarts from the frame where the timeline next moves"""
+
+    bl_idname = "drape.reset"
+    bl_label = "Reset Simulation"
+    bl_options = {'REGISTER'}
+
+    all_cloths: BoolProperty(name="All cloths", description="Reset every Drape cloth in the scene",
+                             default=False)
+
+    @classmethod
+    def poll(cls, context):
+        if not any(runtime.is_cloth(o) for o in context.scene.objects):
+            cls.poll_message_set("The scene has no Drape cloth")
+            return False
+        return True
+
+    def execute(self, context):
+        pool = context.scene.objects if self.all_cloths else _targets(context)
+        objs = [o for o in pool if runtime.is_cloth(o)]
+        if not objs:
+            objs = [o for o in context.scene.objects if runtime.is_cloth(o)]
+        for obj in objs:
+            runtime.drop(obj)
+        self.report({'INFO'}, "Drape cache dropped for " + ", ".join(f"'{o.name}'" for o in objs))
+        return {'FINISHED'}
+
+
+# Settings a preset stores: the physical ones, not the mesh or group choices.
+PRESET_SETTINGS = (
+    "areal_density", "stretch_compliance", "shear_compliance", "bend_compliance", "tether_compliance",
+    "stretch_damping", "shear_damping", "bend_damping", "air_drag", "friction", "static_friction",
+    "tethers", "tether_scale", "wind_drag", "wind_lift", "thickness", "self_thickness", "self_friction",
+)
+
+
+class DRAPE_OT_cloth_preset_add(AddPresetBase, bpy.types.Operator):
+    """Save the active cloth's fabric settings as a preset (or remove one)"""
+
+    bl_idname = "drape.cloth_preset_add"
+    bl_label = "Add Drape Fabric Preset"
+    preset_menu = "DRAPE_MT_cloth_presets"
+    preset_subdir = "drape/cloth"
+    preset_defines = ["obj = bpy.context.object", "drape = obj.drape"]
+    preset_values = [f"drape.{name}" for name in PRESET_SETTINGS]
+
+    @classmethod
+    def poll(cls, context):
+        return runtime.is_cloth(context.object)
+
+
+classes = (DRAPE_OT_cloth_add, DRAPE_OT_cloth_remove, DRAPE_OT_reset, DRAPE_OT_cloth_preset_add)

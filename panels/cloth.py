@@ -1,3 +1,205 @@
-"""Filled in by its issue."""
+"""Cloth panels: the 3D View sidebar "Drape" tab and Properties > Physics,
+the same panel tree in both places (classes generated per space), plus the
+fabric preset menu (Blender's preset machinery; the built-in presets ship in
+the extension's ``presets/cloth`` folder, the artist's own are saved to
+Blender's user presets folder ``presets/drape/cloth``)."""
 
-classes = ()
+import os
+
+import bpy
+
+from ..scene import runtime
+
+PRESET_SUBDIR = "drape/cloth"
+BUILTIN_PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "cloth")
+
+
+def preset_paths():
+    """Built-in preset folder first, then user folders (where presets are added)."""
+    return [BUILTIN_PRESETS] + [p for p in bpy.utils.preset_paths(PRESET_SUBDIR) if p != BUILTIN_PRESETS]
+
+
+class DRAPE_MT_cloth_presets(bpy.types.Menu):
+    bl_label = "Fabric Presets"
+    preset_subdir = PRESET_SUBDIR
+    preset_operator = "script.execute_preset"
+    preset_add_operator = "drape.cloth_preset_add"
+
+    def draw(self, context):
+        self.path_menu(preset_paths(), self.preset_operator, props_default={"menu_idname": self.bl_idname},
+                       filter_ext=lambda ext: ext.lower() == ".py", add_operator=self.preset_add_operator)
+
+
+def _cloth(context):
+    obj = context.object
+    return obj if runtime.is_cloth(obj) else None
+
+
+class _Cloth:
+    bl_options = {'DEFAULT_CLOSED'}
+
+    @classmethod
+    def poll(cls, context):
+        return _cloth(context) is not None
+
+
+def _draw_main(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    layout.use_property_decorate = True
+    obj = context.object
+    if obj is None or obj.type != 'MESH':
+        layout.label(text="Select a mesh to simulate", icon='INFO')
+        return
+    s = obj.drape
+    if not s.enabled:
+        layout.operator("drape.cloth_add", icon='MOD_CLOTH')
+        return
+    row = layout.row(align=True)
+    row.menu("DRAPE_MT_cloth_presets", text=DRAPE_MT_cloth_presets.bl_label)
+    row.operator("drape.cloth_preset_add", text="", icon='ADD')
+    row.operator("drape.cloth_preset_add", text="", icon='REMOVE').remove_active = True
+    col = layout.column()
+    col.prop(s, "substeps")
+    col.prop(s, "iterations")
+    col.prop(s, "areal_density")
+    col.prop_search(s, "mass_group", obj, "vertex_groups")
+    col.prop(s, "gravity_scale")
+    box = layout.box()
+    entry = runtime.get(obj)
+    if runtime.is_baked(obj):
+        box.label(text="Baked: playing the bake", icon='CHECKMARK')
+    elif entry is None:
+        box.label(text="Not simulated yet: play the timeline", icon='TIME')
+    else:
+        if entry.error:
+            box.label(text=entry.error, icon='ERROR')
+        rng = entry.cache_range
+        box.label(text=f"Cache: frames {rng[0]}-{rng[1]}" if rng else "Cache: empty", icon='TIME')
+        box.label(text=f"Last step: {entry.last_step_ms:.2f} ms solver, "
+                       f"{entry.last_read_ms + entry.last_write_ms + entry.last_skin_ms:.2f} ms read/skin/write")
+    row = layout.row(align=True)
+    row.operator("drape.reset", icon='FILE_REFRESH')
+    row.operator("drape.cloth_remove", icon='X')
+
+
+def _draw_stiffness(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.prop(s, "stretch_stiffness")
+    col.prop(s, "shear_stiffness")
+    col.prop(s, "bend_stiffness")
+
+
+def _draw_damping(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.prop(s, "stretch_damping")
+    col.prop(s, "shear_damping")
+    col.prop(s, "bend_damping")
+    col.prop(s, "air_drag")
+
+
+def _draw_pins(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    obj = context.object
+    s = obj.drape
+    col = layout.column()
+    col.prop_search(s, "pin_group", obj, "vertex_groups")
+    col.prop(s, "pin_stiffness")
+    col.prop(s, "tethers")
+    sub = col.column()
+    sub.active = s.tethers
+    sub.prop(s, "tether_stiffness")
+    sub.prop(s, "tether_scale")
+
+
+def _draw_collisions(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.prop(s, "thickness")
+    col.prop(s, "friction")
+    col.prop(s, "static_friction")
+
+
+def _draw_self_header(self, context):
+    self.layout.prop(context.object.drape, "self_collision", text="")
+
+
+def _draw_self(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.active = s.self_collision
+    col.prop(s, "self_thickness")
+    col.prop(s, "self_friction")
+    col.prop(s, "self_conservativeness")
+
+
+def _draw_wind(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.prop(s, "wind_drag")
+    col.prop(s, "wind_lift")
+    col.label(text="Add a Wind force field to blow", icon='FORCE_WIND')
+
+
+def _draw_simmesh(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    s = context.object.drape
+    col = layout.column()
+    col.prop(s, "sim_source")
+    if s.sim_source == 'PROXY':
+        col.prop(s, "proxy")
+    elif s.sim_source == 'AUTO':
+        col.prop(s, "vertex_budget")
+
+
+_SUBPANELS = (
+    ("stiffness", "Stiffness", _draw_stiffness, None),
+    ("damping", "Damping", _draw_damping, None),
+    ("pins", "Pins", _draw_pins, None),
+    ("collisions", "Collisions", _draw_collisions, None),
+    ("self_collision", "Self Collision", _draw_self, _draw_self_header),
+    ("wind", "Wind", _draw_wind, None),
+    ("simmesh", "Sim Mesh", _draw_simmesh, None),
+)
+
+_SPACES = (
+    # suffix, space, region, extra attributes
+    ("", 'VIEW_3D', 'UI', {"bl_category": "Drape"}),
+    ("_physics", 'PROPERTIES', 'WINDOW', {"bl_context": "physics"}),
+)
+
+
+def _make_classes():
+    made = []
+    for suffix, space, region, extra in _SPACES:
+        main_id = f"DRAPE_PT_cloth{suffix}"
+        attrs = dict(bl_idname=main_id, bl_label="Drape Cloth", bl_space_type=space, bl_region_type=region,
+                     draw=_draw_main, poll=classmethod(lambda cls, context: context.object is not None))
+        attrs.update(extra)
+        made.append(type(main_id, (bpy.types.Panel,), attrs))
+        for key, label, draw, header in _SUBPANELS:
+            sub_id = f"DRAPE_PT_cloth_{key}{suffix}"
+            sub = dict(bl_idname=sub_id, bl_label=label, bl_space_type=space, bl_region_type=region,
+                       bl_parent_id=main_id, draw=draw)
+            sub.update(extra)
+            if header is not None:
+                sub["draw_header"] = header
+            made.append(type(sub_id, (_Cloth, bpy.types.Panel), sub))
+    return tuple(made)
+
+
+classes = (DRAPE_MT_cloth_presets,) + _make_classes()

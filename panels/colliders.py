@@ -1,3 +1,35 @@
-"""Filled in by its issue."""
+"""Collider panel, in the 3D View "Drape" tab and Properties > Physics."""
 
-classes = ()
+import bpy
+
+
+def _draw(self, context):
+    layout = self.layout
+    layout.use_property_split = True
+    obj = context.object
+    if obj is not None and not (obj.type == 'MESH' and obj.drape.enabled):
+        c = obj.drape_collider
+        layout.prop(c, "kind")
+        if c.kind == 'CAPSULE':
+            col = layout.column(align=True)
+            col.prop(c, "radius_start")
+            col.prop(c, "radius_end")
+            layout.label(text="Length: the object's local Y axis (scale Y)", icon='INFO')
+    row = layout.row(align=True)
+    row.operator("drape.collider_add", text="Capsule", icon='MESH_CAPSULE').type = 'CAPSULE'
+    row.operator("drape.collider_add", text="Plane", icon='MESH_PLANE').type = 'PLANE'
+    layout.operator("drape.capsules_from_armature", icon='ARMATURE_DATA')
+    layout.operator("drape.collider_remove", icon='X')
+
+
+def _make(suffix, space, region, extra):
+    attrs = dict(bl_idname=f"DRAPE_PT_colliders{suffix}", bl_label="Drape Colliders", bl_space_type=space,
+                 bl_region_type=region, bl_options={'DEFAULT_CLOSED'}, draw=_draw)
+    attrs.update(extra)
+    return type(attrs["bl_idname"], (bpy.types.Panel,), attrs)
+
+
+classes = (
+    _make("", 'VIEW_3D', 'UI', {"bl_category": "Drape"}),
+    _make("_physics", 'PROPERTIES', 'WINDOW', {"bl_context": "physics"}),
+)
