@@ -13,11 +13,16 @@ _MODULE_NAMES = ("properties", "bake", "operators", "panels", "scene")
 def _configure_numba_cache():
     """Point numba's disk cache at a writable, per-user folder.
 
-    Must run before numba is first imported: numba reads NUMBA_CACHE_DIR once.
-    Inside an installed extension that is the extension's user folder; when the
-    package is loaded some other way (tests, a dev checkout) Blender refuses
-    extension_path_user and we keep numba's default (next to the sources).
+    Runs in register(), before any of our modules imports numba: numba reads
+    NUMBA_CACHE_DIR into its config on import, and a kernel picks its cache
+    folder when it is decorated. Inside an installed extension the folder is
+    the extension's user folder (the installed sources may be read-only and
+    are replaced on update); when the package is loaded some other way (tests,
+    a dev checkout) Blender refuses extension_path_user and we keep numba's
+    default (next to the sources). A NUMBA_CACHE_DIR the user set wins.
     """
+    import sys
+
     if os.environ.get("NUMBA_CACHE_DIR"):
         return
     try:
@@ -27,6 +32,10 @@ def _configure_numba_cache():
     except (ValueError, AttributeError, ImportError):
         return
     os.environ["NUMBA_CACHE_DIR"] = path
+    # Another add-on may have imported numba already: make it re-read the environment.
+    config = sys.modules.get("numba.core.config")
+    if config is not None:
+        config.reload_config()
 
 
 def _modules():
