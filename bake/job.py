@@ -203,7 +203,11 @@ class BakeJob:
         if len(item.obj.data.vertices) != item.vertices:
             raise BakeError(f"'{item.name}': its mesh changed from {item.vertices} to "
                             f"{len(item.obj.data.vertices)} vertices during the bake")
-        positions = self._source(item.obj)
+        try:
+            positions = self._source(item.obj)
+        except RuntimeError as exc:  # scene.runtime: no result for this frame, with the reason
+            raise BakeError(f"'{item.name}': no simulated result at frame "
+                            f"{self.scene.frame_current}: {exc}") from exc
         if positions is None or np.shape(positions) != (item.vertices, 3):
             raise BakeError(f"'{item.name}': the simulation gave positions of shape "
                             f"{np.shape(positions)}, the mesh has {item.vertices} vertices")

@@ -1,5 +1,5 @@
-"""The Bake panel, in the 3D View sidebar's "Drape" tab and in
-Properties > Physics, for the active Drape cloth."""
+"""The Bake sub-panel of the Drape Cloth panel (panels/cloth.py), in the 3D
+View sidebar's "Drape" tab and in Properties > Physics."""
 
 import bpy
 
@@ -57,6 +57,7 @@ class DRAPE_PT_bake_sidebar(bpy.types.Panel):
     bl_space_type = 'VIEW_3D'
     bl_region_type = 'UI'
     bl_category = "Drape"
+    bl_parent_id = "DRAPE_PT_cloth"
     bl_options = {'DEFAULT_CLOSED'}
 
     @classmethod
@@ -68,11 +69,12 @@ class DRAPE_PT_bake_sidebar(bpy.types.Panel):
 
 
 class DRAPE_PT_bake_physics(bpy.types.Panel):
-    bl_label = "Drape Bake"
+    bl_label = "Bake"
     bl_idname = "DRAPE_PT_bake_physics"
     bl_space_type = 'PROPERTIES'
     bl_region_type = 'WINDOW'
     bl_context = "physics"
+    bl_parent_id = "DRAPE_PT_cloth_physics"
     bl_options = {'DEFAULT_CLOSED'}
 
     @classmethod
