@@ -427,3 +427,102 @@ def test_cache_modifier_takes_the_place_of_the_simulation(shot):
     plain.modifiers.new("Subdiv", 'SUBSURF')
     bake_job.run_blocking(shot["scene"], [plain], 1, 24, log=None)
     assert [m.name for m in plain.modifiers] == ["Hook", install.MODIFIER_NAME, "Subdiv"]
+
+
+# --- headless ------------------------------------------------------------------
+
+HEADLESS = os.path.join(ROOT, "tools", "bake_headless.py")
+
+_SOURCE_FILE = textwrap.dedent("""
+    import bpy, numpy as np
+
+    def source(obj):
+        co = np.empty(len(obj.data.vertices) * 3, np.float32)
+        obj.data.vertices.foreach_get("co", co)
+        rest = co.reshape(-1, 3).astype(np.float64)
+        f = bpy.context.scene.frame_current
+        out = rest * (1.0 + 0.02 * np.sin(0.2 * f)) + 0.1 * np.sin(0.3 * f + 2.0 * rest[:, 0:1]) * [0.0, 0.0, 1.0]
+        out[:, 1] += 0.01 * f
+        return out.astype(np.float32)
+""")
+
+
+def _headless(*args):
+    return subprocess.run([sys.executable, HEADLESS, *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_headless_command_bakes_a_saved_blend(shot, tmp_path):
+    src_file = tmp_path / "source.py"
+    src_file.write_text(_SOURCE_FILE)
+    path = shot["path"]
+    # A failing job saves nothing: the .blend stays byte-identical.
+    before = path.read_bytes()
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    proc = _headless(path, "--object", "ClothPC2", "--target", "pc2", "--folder", blocker / "sub",
+                     "--frame-source", f"{src_file}:source")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "'ClothPC2': cannot create the cache folder" in proc.stderr
+    assert path.read_bytes() == before
+
+    proc = _headless(path, "--object", "ClothPC2", "--object", "ClothSK", "--start", 1, "--end", 24,
+                     "--frame-source", f"{src_file}:source")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Drape bake ClothPC2, ClothSK: frame 24 (24/24)" in proc.stdout
+    assert (shot["cache"] / "ClothPC2.pc2").is_file()
+    request = {"ClothPC2": [1, 24], "ClothSK": [5, 24]}
+    positions, modifiers = evaluate_in_fresh_blender(path, request, tmp_path / "eval")
+    assert modifiers == {"ClothPC2": ['MESH_CACHE'], "ClothSK": []}
+    for (name, f), got in positions.items():
+        np.testing.assert_allclose(got, shot["src"].expected(name, f), atol=ATOL, rtol=0)
+
+    assert _headless(path, "--object", "Nope").returncode == 2
+
+
+# --- with the real simulation ----------------------------------------------------
+
+def _cape(name, location):
+    obj = add_grid(name, size=10, location=location)
+    co = read_co(obj.data)
+    group = obj.vertex_groups.new(name="pin")
+    group.add([int(i) for i in np.flatnonzero(co[:, 1] > co[:, 1].max() - 1e-6)], 1.0, 'REPLACE')
+    return obj
+
+
+@pytest.mark.slow
+def test_real_drape_cloth_bakes_to_every_target(empty_scene, tmp_path, source_guard):
+    scene = empty_scene
+    scene.frame_start, scene.frame_end = 1, 24
+    capes = {}
+    for i, target in enumerate(('SHAPE_KEYS', 'PC2', 'ALEMBIC')):
+        obj = _cape(f"Cape_{target}", (3.0 * i, 0.0, 1.0))
+        obj.drape_bake.target = target
+        capes[target] = obj
+    bpy.ops.object.select_all(action='DESELECT')
+    for obj in capes.values():
+        obj.select_set(True)
+    assert bpy.ops.drape.cloth_add(pin_group="pin") == {'FINISHED'}
+    path = tmp_path / "capes.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    rest = {o.name: read_co(o.data) for o in capes.values()}
+
+    scene.frame_set(1)
+    assert bpy.ops.drape.bake(objects='ALL', frame_range='SCENE') == {'FINISHED'}
+    assert all(o.drape_bake.baked for o in capes.values())
+    bpy.ops.wm.save_mainfile()
+    frames = [2, 12, 24]
+    baked, _ = evaluate_in_fresh_blender(path, {o.name: frames for o in capes.values()}, tmp_path / "eval")
+
+    # What the live simulation shows (Drape's own write-back) after the bake is freed.
+    for obj in capes.values():
+        bpy.context.view_layer.objects.active = obj
+        assert bpy.ops.drape.bake_free() == {'FINISHED'}
+    live = {}
+    for f in range(1, 25):
+        scene.frame_set(f)
+        if f in frames:
+            live.update({(o.name, f): evaluated_co(o) for o in capes.values()})
+    for key, got in baked.items():
+        assert np.abs(got - rest[key[0]]).max() > 0.01, f"{key}: the cloth should have moved"
+        np.testing.assert_allclose(got, live[key], atol=1e-5, rtol=0, err_msg=str(key))
