@@ -186,7 +186,8 @@ def add_frame_keys(obj, frames, positions):
     keys = []
     for frame, pos in zip(frames, positions):
         kb = obj.shape_key_add(name=key_name(frame), from_mix=False)
-        kb.data.foreach_set("co", np.ascontiguousarray(pos, dtype=np.float32).ravel())
+        # ShapeKey.points takes the raw-array fast path (data does not: ~100x slower).
+        getattr(kb, "points", kb.data).foreach_set("co", np.ascontiguousarray(pos, dtype=np.float32).ravel())
         kb.value = 0.0
         keys.append(kb)
     shape_keys = mesh.shape_keys
