@@ -1,0 +1,754 @@
+"""Skin a dense render mesh onto a coarse simulated mesh.
+
+Solver cost follows simulated vertices, visual detail follows rendered ones,
+so the solver runs on a coarse mesh and the render mesh rides on it, the way
+skeletal skinning rides on bones, with the coarse triangles as the skeleton.
+
+``bind`` runs once: every dense vertex is attached to its closest coarse
+triangle (uniform grid, numba, parallel over dense vertices), with
+barycentrics and an offset expressed in the local frame of the reconstructed
+surface (normal component first, so thickness and small details survive).
+
+``skin`` runs every frame: smooth coarse vertex normals are recomputed from
+the current coarse positions, each coarse triangle is reconstructed as a
+Phong-tessellated patch (project the flat barycentric point onto each
+corner's tangent plane, blend the three with the barycentrics), the offset is
+applied along the interpolated normal and its tangent frame, and pinned dense
+vertices take their pin targets.
+
+Shape factor. Phong tessellation is ``flat + alpha * (phong - flat)``. For
+any quadratic surface sampled with exact normals the Phong displacement
+(alpha = 1) is twice the true height of the surface above the flat triangle
+(at an edge midpoint of a circle of radius R and half-angle t: R sin^2 t
+versus the sagitta R (1 - cos t)), so alpha = 1 overshoots as much as flat
+interpolation undershoots, and alpha = 1/2 is exact to second order.  Cloth
+bends almost isometrically, into cylinders and cones, so the default is 1/2.
+
+Dense normals are left to Blender: the runtime and the bakes write positions
+only, and Blender recomputes the normals of the evaluated mesh (and of the
+shape keys / cached points it plays back), which keeps custom split normals
+and auto-smooth behaviour exactly as the artist set them up.
+"""
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
+
+DEFAULT_SHAPE_FACTOR = 0.5
+# Below this many dense vertices one thread beats the cost of waking a pool.
+_PARALLEL_MIN_VERTICES = 20000
+# Tangent-plane fixed-point steps that slide a barycentric point on the Phong
+# surface until the dense vertex lies along its interpolated normal.
+_REFINE_ITERATIONS = 4
+
+
+@dataclass
+class Binding:
+    """Where each dense vertex sits on the coarse surface (from ``bind``).
+
+    coarse_triangles (t, 3) int32: corners of the coarse triangles.
+    triangle (m,) int32: coarse triangle each dense vertex is bound to.
+    bary (3, m) float32: barycentrics on that triangle (inside it, sum 1).
+    offset (3, m) float32: displacement from the reconstructed surface point,
+        row 0 along the interpolated normal (thickness, small details), rows
+        1-2 along the triangle's tangent frame: ~0 for vertices over the
+        coarse surface, they carry parts that hang outside it (a frill).
+    pin_weight (m,) float32 or None: 1 = the dense vertex takes its pin
+        target exactly, 0 = skinned, in between = blended.
+    shape_factor: Phong blend (see the module docstring).
+    Holds per-frame scratch buffers: one Binding is skinned by one thread
+    at a time.
+    """
+
+    coarse_triangles: np.ndarray
+    triangle: np.ndarray
+    bary: np.ndarray
+    offset: np.ndarray
+    pin_weight: np.ndarray | None
+    shape_factor: float
+    n_coarse: int
+    # coarse vertex -> incident triangles (CSR), for per-frame smooth normals
+    vertex_triangle_start: np.ndarray
+    vertex_triangle_items: np.ndarray
+    vertex_triangle_weight: np.ndarray  # rest corner angles
+    pinned_indices: np.ndarray = field(init=False)
+    _scratch: dict = field(init=False, repr=False)
+
+    def __post_init__(self):
+        if self.pin_weight is None:
+            self.pinned_indices = np.zeros(0, np.int32)
+        else:
+            self.pinned_indices = np.flatnonzero(self.pin_weight > 0.0).astype(np.int32)
+        n_tris = self.coarse_triangles.shape[0]
+        self._scratch = {
+            "face": np.empty((n_tris, 3), np.float32),
+            "normals": np.empty((self.n_coarse, 3), np.float32),
+            "records": np.empty((n_tris, _RECORD), np.float32),
+        }
+
+    @property
+    def n_dense(self) -> int:
+        return int(self.triangle.shape[0])
+
+
+# --------------------------------------------------------------------------
+# geometry kernels shared by bind and skin (must stay identical: bind stores
+# offsets relative to exactly the surface skin rebuilds)
+#
+# Phong tessellation of a triangle is a quadratic patch: with pi_i the
+# projection onto corner i's tangent plane (affine) and sum_j w_j = 1,
+#   phong(w) = sum_i w_i pi_i(sum_j w_j p_j) = sum_i sum_j w_i w_j pi_i(p_j)
+# so  S(w) = sum_i w_i^2 p_i + sum_{i<j} w_i w_j E_ij  with the edge points
+#   E_ij = p_i + p_j - alpha ((d.n_i) n_i - (d.n_j) n_j),  d = p_j - p_i
+# (alpha = 0 gives the flat triangle). skin builds one record per coarse
+# triangle per frame, then each dense vertex costs a few dozen FMAs.
+#
+# The surface frame at a point: N = normalise(sum_i w_i n_i + 1e-6 F) (the
+# tiny face-normal term keeps N finite where corner normals cancel, without a
+# branch), T = unit first edge, B = F x T, F = unit face normal. Offsets are
+# stored as (on, ot, ob) with  x = S + on N + ot T + ob B.
+#
+# error_model="numpy": no Python zero-division checks, so LLVM may vectorise.
+
+# Layout of a triangle record (float[36]).
+_P0, _P1, _P2, _E01, _E12, _E02, _N0, _N1, _N2, _TAN, _BIT, _FACE = range(0, 36, 3)
+_RECORD = 36
+_FACE_EPS = 1e-6
+_KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
+
+
+@njit(**_KERNEL)
+def _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals):
+    """Unit vertex normals (c, 3), weighted by corner angle; face (t, 3) gets
+    the unit face normals.
+
+    Angle weights (as Blender's own vertex normals) keep a cylinder's normals
+    radial even on a boundary row, where area weights tilt them towards the
+    side with more triangles. The angles are the rest pose's: cloth barely
+    shears, and acos per corner per frame would cost more than the skinning.
+    Gathers over a vertex->triangle table, so no two writes collide.
+    """
+    for t in range(tris.shape[0]):
+        a = tris[t, 0]
+        b = tris[t, 1]
+        c = tris[t, 2]
+        e1x = px[b] - px[a]
+        e1y = py[b] - py[a]
+        e1z = pz[b] - pz[a]
+        e2x = px[c] - px[a]
+        e2y = py[c] - py[a]
+        e2z = pz[c] - pz[a]
+        fx = e1y * e2z - e1z * e2y
+        fy = e1z * e2x - e1x * e2z
+        fz = e1x * e2y - e1y * e2x
+        inv = 1.0 / np.sqrt(max(fx * fx + fy * fy + fz * fz, 1e-36))
+        face[t, 0] = fx * inv
+        face[t, 1] = fy * inv
+        face[t, 2] = fz * inv
+    for i in range(normals.shape[0]):
+        sx = 0.0
+        sy = 0.0
+        sz = 0.0
+        for s in range(vt_start[i], vt_start[i + 1]):
+            t = vt_items[s]
+            w = vt_weight[s]
+            sx += w * face[t, 0]
+            sy += w * face[t, 1]
+            sz += w * face[t, 2]
+        # A vertex whose fan has no area keeps a zero normal: its tangent
+        # plane projection then vanishes and the face term sets N.
+        inv = 1.0 / np.sqrt(max(sx * sx + sy * sy + sz * sz, 1e-36))
+        normals[i, 0] = sx * inv
+        normals[i, 1] = sy * inv
+        normals[i, 2] = sz * inv
+
+
+@njit(**_KERNEL)
+def _triangle_records(px, py, pz, normals, tris, face, alpha, records):
+    """Per coarse triangle: corners, Phong edge points, corner normals and
+    the frame (T, B, F); see the layout above."""
+    for t in range(tris.shape[0]):
+        for corner in range(3):
+            v = tris[t, corner]
+            records[t, 3 * corner] = px[v]
+            records[t, 3 * corner + 1] = py[v]
+            records[t, 3 * corner + 2] = pz[v]
+            records[t, _N0 + 3 * corner] = normals[v, 0]
+            records[t, _N0 + 3 * corner + 1] = normals[v, 1]
+            records[t, _N0 + 3 * corner + 2] = normals[v, 2]
+        for edge in range(3):
+            # edges (0, 1), (1, 2), (0, 2) -> slots E01, E12, E02
+            i = 0 if edge != 1 else 1
+            j = 1 if edge == 0 else 2
+            dx = records[t, 3 * j] - records[t, 3 * i]
+            dy = records[t, 3 * j + 1] - records[t, 3 * i + 1]
+            dz = records[t, 3 * j + 2] - records[t, 3 * i + 2]
+            nix = records[t, _N0 + 3 * i]
+            niy = records[t, _N0 + 3 * i + 1]
+            niz = records[t, _N0 + 3 * i + 2]
+            njx = records[t, _N0 + 3 * j]
+            njy = records[t, _N0 + 3 * j + 1]
+            njz = records[t, _N0 + 3 * j + 2]
+            di = alpha * (dx * nix + dy * niy + dz * niz)
+            dj = alpha * (dx * njx + dy * njy + dz * njz)
+            for k in range(3):
+                ni = nix if k == 0 else (niy if k == 1 else niz)
+                nj = njx if k == 0 else (njy if k == 1 else njz)
+                records[t, _E01 + 3 * edge + k] = (
+                    records[t, 3 * i + k] + records[t, 3 * j + k] - (di * ni - dj * nj))
+        fx = face[t, 0]
+        fy = face[t, 1]
+        fz = face[t, 2]
+        ex = records[t, _P1] - records[t, _P0]
+        ey = records[t, _P1 + 1] - records[t, _P0 + 1]
+        ez = records[t, _P1 + 2] - records[t, _P0 + 2]
+        # Degenerate edge or face: T and B may collapse to zero, which only
+        # drops the (tiny) tangential offsets of vertices on that triangle.
+        dot = ex * fx + ey * fy + ez * fz
+        ex -= dot * fx
+        ey -= dot * fy
+        ez -= dot * fz
+        inv = 1.0 / np.sqrt(max(ex * ex + ey * ey + ez * ez, 1e-36))
+        ex *= inv
+        ey *= inv
+        ez *= inv
+        records[t, _TAN] = ex
+        records[t, _TAN + 1] = ey
+        records[t, _TAN + 2] = ez
+        records[t, _BIT] = fy * ez - fz * ey
+        records[t, _BIT + 1] = fz * ex - fx * ez
+        records[t, _BIT + 2] = fx * ey - fy * ex
+        records[t, _FACE] = fx
+        records[t, _FACE + 1] = fy
+        records[t, _FACE + 2] = fz
+
+
+@njit(inline="always", fastmath=True, error_model="numpy")
+def _surface_point(records, t, w0, w1, w2):
+    """Phong point S and unit normal N at barycentrics w of triangle t."""
+    q0 = w0 * w0
+    q1 = w1 * w1
+    q2 = w2 * w2
+    q01 = w0 * w1
+    q12 = w1 * w2
+    q02 = w0 * w2
+    sx = (q0 * records[t, _P0] + q1 * records[t, _P1] + q2 * records[t, _P2]
+          + q01 * records[t, _E01] + q12 * records[t, _E12] + q02 * records[t, _E02])
+    sy = (q0 * records[t, _P0 + 1] + q1 * records[t, _P1 + 1] + q2 * records[t, _P2 + 1]
+          + q01 * records[t, _E01 + 1] + q12 * records[t, _E12 + 1]
+          + q02 * records[t, _E02 + 1])
+    sz = (q0 * records[t, _P0 + 2] + q1 * records[t, _P1 + 2] + q2 * records[t, _P2 + 2]
+          + q01 * records[t, _E01 + 2] + q12 * records[t, _E12 + 2]
+          + q02 * records[t, _E02 + 2])
+    nx = (w0 * records[t, _N0] + w1 * records[t, _N1] + w2 * records[t, _N2]
+          + _FACE_EPS * records[t, _FACE])
+    ny = (w0 * records[t, _N0 + 1] + w1 * records[t, _N1 + 1] + w2 * records[t, _N2 + 1]
+          + _FACE_EPS * records[t, _FACE + 1])
+    nz = (w0 * records[t, _N0 + 2] + w1 * records[t, _N1 + 2] + w2 * records[t, _N2 + 2]
+          + _FACE_EPS * records[t, _FACE + 2])
+    inv = 1.0 / np.sqrt(max(nx * nx + ny * ny + nz * nz, 1e-36))
+    return sx, sy, sz, nx * inv, ny * inv, nz * inv
+
+
+@njit(inline="always", fastmath=True)
+def _closest_on_triangle(qx, qy, qz, ax, ay, az, bx, by, bz, cx, cy, cz):
+    """Closest point on triangle abc to q: (squared distance, w0, w1, w2).
+
+    Voronoi-region walk (Ericson, Real-Time Collision Detection 5.1.5), with
+    a guard for zero-area triangles so they never produce NaN.
+    """
+    abx = bx - ax
+    aby = by - ay
+    abz = bz - az
+    acx = cx - ax
+    acy = cy - ay
+    acz = cz - az
+    apx = qx - ax
+    apy = qy - ay
+    apz = qz - az
+    d1 = abx * apx + aby * apy + abz * apz
+    d2 = acx * apx + acy * apy + acz * apz
+    w0 = 1.0
+    w1 = 0.0
+    w2 = 0.0
+    done = False
+    if d1 <= 0.0 and d2 <= 0.0:
+        done = True
+    if not done:
+        bpx = qx - bx
+        bpy = qy - by
+        bpz = qz - bz
+        d3 = abx * bpx + aby * bpy + abz * bpz
+        d4 = acx * bpx + acy * bpy + acz * bpz
+        if d3 >= 0.0 and d4 <= d3:
+            w0, w1, w2 = 0.0, 1.0, 0.0
+            done = True
+        if not done:
+            vc = d1 * d4 - d3 * d2
+            if vc <= 0.0 and d1 >= 0.0 and d3 <= 0.0 and d1 - d3 > 0.0:
+                v = d1 / (d1 - d3)
+                w0, w1, w2 = 1.0 - v, v, 0.0
+                done = True
+            if not done:
+                cpx = qx - cx
+                cpy = qy - cy
+                cpz = qz - cz
+                d5 = abx * cpx + aby * cpy + abz * cpz
+                d6 = acx * cpx + acy * cpy + acz * cpz
+                if d6 >= 0.0 and d5 <= d6:
+                    w0, w1, w2 = 0.0, 0.0, 1.0
+                    done = True
+                if not done:
+                    vb = d5 * d2 - d1 * d6
+                    if vb <= 0.0 and d2 >= 0.0 and d6 <= 0.0 and d2 - d6 > 0.0:
+                        w = d2 / (d2 - d6)
+                        w0, w1, w2 = 1.0 - w, 0.0, w
+                        done = True
+                    if not done:
+                        va = d3 * d6 - d5 * d4
+                        if va <= 0.0 and (d4 - d3) >= 0.0 and (d5 - d6) >= 0.0 \
+                                and (d4 - d3) + (d5 - d6) > 0.0:
+                            w = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+                            w0, w1, w2 = 0.0, 1.0 - w, w
+                            done = True
+                        if not done:
+                            denom = va + vb + vc
+                            if denom > 1e-300:
+                                v = vb / denom
+                                w = vc / denom
+                                w0, w1, w2 = 1.0 - v - w, v, w
+                            else:
+                                # Zero area: collinear corners; the best of the
+                                # three edges is found by the caller's search
+                                # over neighbours, a corner is a safe answer.
+                                w0, w1, w2 = 1.0, 0.0, 0.0
+    rx = w0 * ax + w1 * bx + w2 * cx - qx
+    ry = w0 * ay + w1 * by + w2 * cy - qy
+    rz = w0 * az + w1 * bz + w2 * cz - qz
+    return rx * rx + ry * ry + rz * rz, w0, w1, w2
+
+
+# --------------------------------------------------------------------------
+# bind
+
+
+@njit(cache=True)
+def _build_grid(px, py, pz, tris, origin, cell, dims):
+    """Bin triangles by bounding box into a uniform grid (CSR: start, items)."""
+    nx_, ny_, nz_ = dims[0], dims[1], dims[2]
+    n_cells = nx_ * ny_ * nz_
+    count = np.zeros(n_cells + 1, np.int64)
+    n_tris = tris.shape[0]
+    lo = np.empty((n_tris, 3), np.int64)
+    hi = np.empty((n_tris, 3), np.int64)
+    for t in range(n_tris):
+        for axis in range(3):
+            if axis == 0:
+                p = px
+            elif axis == 1:
+                p = py
+            else:
+                p = pz
+            vmin = min(p[tris[t, 0]], min(p[tris[t, 1]], p[tris[t, 2]]))
+            vmax = max(p[tris[t, 0]], max(p[tris[t, 1]], p[tris[t, 2]]))
+            i0 = int(np.floor((vmin - origin[axis]) / cell))
+            i1 = int(np.floor((vmax - origin[axis]) / cell))
+            lo[t, axis] = min(max(i0, 0), dims[axis] - 1)
+            hi[t, axis] = min(max(i1, 0), dims[axis] - 1)
+        for i in range(lo[t, 0], hi[t, 0] + 1):
+            for j in range(lo[t, 1], hi[t, 1] + 1):
+                for k in range(lo[t, 2], hi[t, 2] + 1):
+                    count[(i * ny_ + j) * nz_ + k + 1] += 1
+    for c in range(n_cells):
+        count[c + 1] += count[c]
+    items = np.empty(count[n_cells], np.int32)
+    fill = count[:n_cells].copy()
+    for t in range(n_tris):
+        for i in range(lo[t, 0], hi[t, 0] + 1):
+            for j in range(lo[t, 1], hi[t, 1] + 1):
+                for k in range(lo[t, 2], hi[t, 2] + 1):
+                    c = (i * ny_ + j) * nz_ + k
+                    items[fill[c]] = t
+                    fill[c] += 1
+    return count, items
+
+
+@njit(inline="always")
+def _cell_index(value, origin, cell, dim):
+    i = int(np.floor((value - origin) / cell))
+    return min(max(i, 0), dim - 1)
+
+
+@njit(cache=True, parallel=True, fastmath=True)
+def _bind_kernel(px, py, pz, tris, records, qx, qy, qz, origin, cell, dims,
+                 cell_start, cell_items, iterations, out_tri, out_bary, out_offset):
+    ny_ = dims[1]
+    nz_ = dims[2]
+    for q in prange(qx.shape[0]):
+        x = qx[q]
+        y = qy[q]
+        z = qz[q]
+        ci = _cell_index(x, origin[0], cell, dims[0])
+        cj = _cell_index(y, origin[1], cell, dims[1])
+        ck = _cell_index(z, origin[2], cell, dims[2])
+        best = np.inf
+        best_t = -1
+        b0 = 1.0
+        b1 = 0.0
+        b2 = 0.0
+        ring = 0
+        while True:
+            i_lo = max(ci - ring, 0)
+            i_hi = min(ci + ring, dims[0] - 1)
+            j_lo = max(cj - ring, 0)
+            j_hi = min(cj + ring, dims[1] - 1)
+            k_lo = max(ck - ring, 0)
+            k_hi = min(ck + ring, dims[2] - 1)
+            for i in range(i_lo, i_hi + 1):
+                for j in range(j_lo, j_hi + 1):
+                    for k in range(k_lo, k_hi + 1):
+                        # Only the shell of this ring; the inside was searched.
+                        if max(abs(i - ci), max(abs(j - cj), abs(k - ck))) != ring:
+                            continue
+                        c = (i * ny_ + j) * nz_ + k
+                        for s in range(cell_start[c], cell_start[c + 1]):
+                            t = cell_items[s]
+                            a = tris[t, 0]
+                            b = tris[t, 1]
+                            cc = tris[t, 2]
+                            d2, w0, w1, w2 = _closest_on_triangle(
+                                x, y, z, px[a], py[a], pz[a], px[b], py[b], pz[b],
+                                px[cc], py[cc], pz[cc])
+                            if d2 < best:
+                                best = d2
+                                best_t = t
+                                b0 = w0
+                                b1 = w1
+                                b2 = w2
+            # Every triangle not met yet lies in a cell outside the searched
+            # box, so at least the distance to that box's open faces away.
+            bound = np.inf
+            covers = True
+            if i_lo > 0:
+                bound = min(bound, x - (origin[0] + i_lo * cell))
+                covers = False
+            if i_hi < dims[0] - 1:
+                bound = min(bound, origin[0] + (i_hi + 1) * cell - x)
+                covers = False
+            if j_lo > 0:
+                bound = min(bound, y - (origin[1] + j_lo * cell))
+                covers = False
+            if j_hi < dims[1] - 1:
+                bound = min(bound, origin[1] + (j_hi + 1) * cell - y)
+                covers = False
+            if k_lo > 0:
+                bound = min(bound, z - (origin[2] + k_lo * cell))
+                covers = False
+            if k_hi < dims[2] - 1:
+                bound = min(bound, origin[2] + (k_hi + 1) * cell - z)
+                covers = False
+            if covers:
+                break
+            if best_t >= 0 and bound > 0.0 and best <= bound * bound:
+                break
+            ring += 1
+
+        t = best_t
+        # Slide the flat closest point over the Phong surface until the dense
+        # vertex lies along the interpolated normal, staying inside the
+        # triangle (Gauss-Newton with the flat triangle as the Jacobian).
+        for _ in range(iterations):
+            sx, sy, sz, Nx, Ny, Nz = _surface_point(records, t, b0, b1, b2)
+            rx = x - sx
+            ry = y - sy
+            rz = z - sz
+            rn = rx * Nx + ry * Ny + rz * Nz
+            fx = b0 * records[t, _P0] + b1 * records[t, _P1] + b2 * records[t, _P2]
+            fy = b0 * records[t, _P0 + 1] + b1 * records[t, _P1 + 1] + b2 * records[t, _P2 + 1]
+            fz = b0 * records[t, _P0 + 2] + b1 * records[t, _P1 + 2] + b2 * records[t, _P2 + 2]
+            _, b0, b1, b2 = _closest_on_triangle(
+                fx + rx - rn * Nx, fy + ry - rn * Ny, fz + rz - rn * Nz,
+                records[t, _P0], records[t, _P0 + 1], records[t, _P0 + 2],
+                records[t, _P1], records[t, _P1 + 1], records[t, _P1 + 2],
+                records[t, _P2], records[t, _P2 + 1], records[t, _P2 + 2])
+        sx, sy, sz, Nx, Ny, Nz = _surface_point(records, t, b0, b1, b2)
+        rx = x - sx
+        ry = y - sy
+        rz = z - sz
+        # Solve r = on N + ot T + ob B exactly, so the rest pose comes back to
+        # rounding; T, B are orthonormal and orthogonal to F, so on = r.F / N.F.
+        Fx = records[t, _FACE]
+        Fy = records[t, _FACE + 1]
+        Fz = records[t, _FACE + 2]
+        det = Nx * Fx + Ny * Fy + Nz * Fz
+        if abs(det) > 1e-6:
+            on = (rx * Fx + ry * Fy + rz * Fz) / det
+        else:
+            # The smooth normal lies in the face plane (a fold sharper than
+            # the coarse mesh resolves): plain projection, not exact.
+            on = rx * Nx + ry * Ny + rz * Nz
+        ux = rx - on * Nx
+        uy = ry - on * Ny
+        uz = rz - on * Nz
+        ot = ux * records[t, _TAN] + uy * records[t, _TAN + 1] + uz * records[t, _TAN + 2]
+        ob = ux * records[t, _BIT] + uy * records[t, _BIT + 1] + uz * records[t, _BIT + 2]
+        out_tri[q] = t
+        out_bary[0, q] = b0
+        out_bary[1, q] = b1
+        out_bary[2, q] = b2
+        out_offset[0, q] = on
+        out_offset[1, q] = ot
+        out_offset[2, q] = ob
+
+
+def _as_points(array, name, n=None):
+    points = np.asarray(array, dtype=np.float64)
+    if points.ndim != 2 or points.shape[1] != 3:
+        raise ValueError(f"{name} must be an (n, 3) array, got shape {points.shape}")
+    if n is not None and points.shape[0] != n:
+        raise ValueError(f"{name} has {points.shape[0]} rows, expected {n}")
+    if not np.all(np.isfinite(points)):
+        raise ValueError(f"{name} contains NaN or infinite coordinates")
+    return points
+
+
+def _vertex_triangles(positions, tris):
+    """CSR table vertex -> incident triangles (start (n+1,), items) and the
+    corner angle of each (vertex, triangle) pair at these positions."""
+    n_vertices = positions.shape[0]
+    flat = tris.ravel()
+    order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=n_vertices)
+    start = np.zeros(n_vertices + 1, np.int32)
+    np.cumsum(counts, out=start[1:])
+    p = np.asarray(positions, np.float64)[tris]  # (t, 3 corners, 3)
+    angles = np.empty(tris.shape, np.float64)
+    for corner in range(3):
+        u = p[:, (corner + 1) % 3] - p[:, corner]
+        v = p[:, (corner + 2) % 3] - p[:, corner]
+        angles[:, corner] = np.arctan2(
+            np.linalg.norm(np.cross(u, v), axis=1), np.einsum("ij,ij->i", u, v))
+    return start, (order // 3).astype(np.int32), angles.ravel()[order].astype(np.float32)
+
+
+def _surface_records(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, dtype):
+    """Per-frame triangle records from coarse positions given as components."""
+    normals = np.empty((px.shape[0], 3), dtype)
+    face = np.empty((tris.shape[0], 3), dtype)
+    records = np.empty((tris.shape[0], _RECORD), dtype)
+    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
+    _triangle_records(px, py, pz, normals, tris, face, dtype(alpha), records)
+    return records
+
+
+def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
+         shape_factor=DEFAULT_SHAPE_FACTOR):
+    """Attach every dense vertex to its closest coarse triangle.
+
+    coarse_rest (c, 3), coarse_triangles (t, 3) int, dense_rest (m, 3), all in
+    the same space; dense_pinned (m,) bool (or 0..1 weights) marks dense
+    vertices that follow their pin targets instead of the coarse surface.
+    shape_factor: Phong blend, 0 = flat barycentric (see the module doc).
+    Returns a ``Binding``. Parallel over dense vertices.
+    """
+    coarse = _as_points(coarse_rest, "coarse_rest")
+    dense = _as_points(dense_rest, "dense_rest")
+    tris = np.ascontiguousarray(coarse_triangles, dtype=np.int32)
+    if tris.ndim != 2 or tris.shape[1] != 3:
+        raise ValueError(
+            f"coarse_triangles must be a (t, 3) int array, got shape {tris.shape}; "
+            "use solver.skinning.triangulate for polygons")
+    if tris.shape[0] == 0:
+        raise ValueError("the coarse mesh has no triangles to bind to")
+    if tris.min() < 0 or tris.max() >= coarse.shape[0]:
+        raise ValueError("coarse_triangles refer to vertices outside coarse_rest")
+    if not 0.0 <= shape_factor <= 1.0:
+        raise ValueError(f"shape_factor must lie in [0, 1], got {shape_factor}")
+    pin_weight = None
+    if dense_pinned is not None:
+        pin_weight = np.asarray(dense_pinned)
+        if pin_weight.shape != (dense.shape[0],):
+            raise ValueError(
+                f"dense_pinned must have shape ({dense.shape[0]},), got {pin_weight.shape}")
+        pin_weight = np.clip(pin_weight.astype(np.float32), 0.0, 1.0)
+        if not np.any(pin_weight > 0.0):
+            pin_weight = None
+
+    vt_start, vt_items, vt_weight = _vertex_triangles(coarse, tris)
+    px, py, pz = (np.ascontiguousarray(coarse[:, i]) for i in range(3))
+    records = _surface_records(px, py, pz, tris, vt_start, vt_items, vt_weight,
+                               shape_factor, np.float64)
+
+    used = coarse[np.unique(tris)]
+    lo = used.min(axis=0)
+    hi = used.max(axis=0)
+    corners = coarse[tris]  # (t, 3, 3)
+    tri_extent = (corners.max(axis=1) - corners.min(axis=1)).max(axis=1)
+    cell = float(np.mean(tri_extent))
+    span = float(np.max(hi - lo))
+    if not cell > 0.0:
+        cell = span if span > 0.0 else 1.0
+    # Cap the grid at a few cells per triangle so huge, sparse bounding boxes
+    # (a thin sleeve far from a skirt) never allocate millions of empty cells.
+    max_cells = max(64, 8 * tris.shape[0])
+    while True:
+        dims = np.maximum(np.floor((hi - lo) / cell).astype(np.int64) + 1, 1)
+        if int(np.prod(dims)) <= max_cells:
+            break
+        cell *= 1.5
+    cell_start, cell_items = _build_grid(px, py, pz, tris, lo, cell, dims)
+
+    m = dense.shape[0]
+    out_tri = np.empty(m, np.int32)
+    out_bary = np.empty((3, m), np.float64)
+    out_offset = np.empty((3, m), np.float64)
+    qx, qy, qz = (np.ascontiguousarray(dense[:, i]) for i in range(3))
+    _bind_kernel(px, py, pz, tris, records, qx, qy, qz, lo, cell, dims,
+                 cell_start, cell_items, _REFINE_ITERATIONS, out_tri, out_bary, out_offset)
+    return Binding(
+        coarse_triangles=tris,
+        triangle=out_tri,
+        bary=out_bary.astype(np.float32),
+        offset=out_offset.astype(np.float32),
+        pin_weight=pin_weight,
+        shape_factor=float(shape_factor),
+        n_coarse=int(coarse.shape[0]),
+        vertex_triangle_start=vt_start,
+        vertex_triangle_items=vt_items,
+        vertex_triangle_weight=vt_weight,
+    )
+
+
+# --------------------------------------------------------------------------
+# skin
+
+
+@njit(inline="always", fastmath=True, error_model="numpy")
+def _skin_one(q, records, tri, bary, offset, out):
+    t = tri[q]
+    sx, sy, sz, nx, ny, nz = _surface_point(records, t, bary[0, q], bary[1, q], bary[2, q])
+    on = offset[0, q]
+    ot = offset[1, q]
+    ob = offset[2, q]
+    out[q, 0] = sx + on * nx + ot * records[t, _TAN] + ob * records[t, _BIT]
+    out[q, 1] = sy + on * ny + ot * records[t, _TAN + 1] + ob * records[t, _BIT + 1]
+    out[q, 2] = sz + on * nz + ot * records[t, _TAN + 2] + ob * records[t, _BIT + 2]
+
+
+@njit(**_KERNEL)
+def _skin_serial(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, tri, bary,
+                 offset, face, normals, records, out):
+    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
+    _triangle_records(px, py, pz, normals, tris, face, alpha, records)
+    for q in range(tri.shape[0]):
+        _skin_one(q, records, tri, bary, offset, out)
+
+
+@njit(parallel=True, **_KERNEL)
+def _skin_parallel(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, tri, bary,
+                   offset, face, normals, records, out):
+    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
+    _triangle_records(px, py, pz, normals, tris, face, alpha, records)
+    for q in prange(tri.shape[0]):
+        _skin_one(q, records, tri, bary, offset, out)
+
+
+@njit(**_KERNEL)
+def _apply_pins(pinned, pin_weight, targets, out):
+    for s in range(pinned.shape[0]):
+        q = pinned[s]
+        w = pin_weight[q]
+        for axis in range(3):
+            if w >= 1.0:
+                out[q, axis] = targets[q, axis]
+            else:
+                out[q, axis] += w * (targets[q, axis] - out[q, axis])
+
+
+def _coarse_components(binding, coarse_positions):
+    pos = np.asarray(coarse_positions)
+    c = binding.n_coarse
+    if pos.dtype != np.float32:
+        pos = pos.astype(np.float32)
+    if pos.shape == (c, 3):
+        return pos[:, 0], pos[:, 1], pos[:, 2]
+    if pos.shape == (3, c):
+        return pos[0], pos[1], pos[2]
+    raise ValueError(
+        f"coarse_positions must be ({c}, 3) or SoA (3, {c}), got {pos.shape}")
+
+
+def vertex_normals(positions, triangles):
+    """Corner-angle weighted unit vertex normals (n, 3) float32, as skin
+    computes them (there with the rest pose's angles)."""
+    pos = np.asarray(positions, dtype=np.float32)
+    tris = np.ascontiguousarray(triangles, dtype=np.int32)
+    vt_start, vt_items, vt_weight = _vertex_triangles(pos, tris)
+    px, py, pz = (np.ascontiguousarray(pos[:, i]) for i in range(3))
+    normals = np.empty((pos.shape[0], 3), np.float32)
+    face = np.empty((tris.shape[0], 3), np.float32)
+    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
+    return normals
+
+
+def skin(binding, coarse_positions, out=None, pin_targets=None):
+    """Dense positions (m, 3) float32 from the current coarse positions.
+
+    coarse_positions: (c, 3) or the solver's SoA (3, c), float32 preferred
+    (when c == 3 the array is read as (c, 3)). ``out`` (m, 3) float32 is
+    filled in place when given. ``pin_targets`` (m, 3): required when the
+    binding has pinned dense vertices; only their rows are read.
+    Smooth coarse normals and the Phong patches are rebuilt on every call.
+    """
+    px, py, pz = _coarse_components(binding, coarse_positions)
+    m = binding.n_dense
+    if out is None:
+        out = np.empty((m, 3), np.float32)
+    elif out.shape != (m, 3) or out.dtype != np.float32:
+        raise ValueError(f"out must be a ({m}, 3) float32 array, got {out.shape} {out.dtype}")
+    scratch = binding._scratch
+    kernel = _skin_serial
+    if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
+        kernel = _skin_parallel
+    kernel(px, py, pz, binding.coarse_triangles, binding.vertex_triangle_start,
+           binding.vertex_triangle_items, binding.vertex_triangle_weight,
+           np.float32(binding.shape_factor),
+           binding.triangle, binding.bary, binding.offset,
+           scratch["face"], scratch["normals"], scratch["records"], out)
+    if binding.pin_weight is not None:
+        if pin_targets is None:
+            raise ValueError(
+                f"the binding pins {binding.pinned_indices.shape[0]} dense vertices; "
+                "pass their pin_targets")
+        targets = np.asarray(pin_targets, dtype=np.float32)
+        if targets.shape != (m, 3):
+            raise ValueError(f"pin_targets must be ({m}, 3), got {targets.shape}")
+        _apply_pins(binding.pinned_indices, binding.pin_weight, targets, out)
+    return out
+
+
+def triangulate(face_indices, face_sizes):
+    """Fan-triangulate polygons (Blender's flat corner list + sizes) -> (t, 3) int32.
+
+    Quads are split along their first diagonal; good enough for binding an
+    authored proxy, whose surface Phong tessellation smooths anyway.
+    """
+    corners = np.asarray(face_indices, dtype=np.int32).ravel()
+    sizes = np.asarray(face_sizes, dtype=np.int64).ravel()
+    if sizes.sum() != corners.shape[0]:
+        raise ValueError(
+            f"face_sizes sum to {int(sizes.sum())} corners, face_indices has {corners.shape[0]}")
+    if np.any(sizes < 3):
+        raise ValueError("every face needs at least 3 corners")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    n_tris = sizes - 2
+    face_of_tri = np.repeat(np.arange(sizes.shape[0]), n_tris)
+    k = np.arange(n_tris.sum()) - np.repeat(np.cumsum(n_tris) - n_tris, n_tris)
+    first = starts[face_of_tri]
+    return np.stack(
+        [corners[first], corners[first + k + 1], corners[first + k + 2]], axis=1
+    ).astype(np.int32)
