@@ -301,6 +301,10 @@ class BakeJob:
 
     def _restore_frame(self):
         frame, sub = self._saved_frame
+        try:
+            self.scene.name
+        except ReferenceError:  # the scene itself went away (another file was loaded)
+            return
         if (self.scene.frame_current, self.scene.frame_subframe) != (frame, sub):
             self.scene.frame_set(frame, subframe=sub)
 

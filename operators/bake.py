@@ -108,7 +108,7 @@ class DRAPE_OT_bake(bpy.types.Operator):
         return {'FINISHED'}
 
     def invoke(self, context, event):
-        if bpy.app.background or context.window is None:
+        if context.window is None:  # background mode (blender -b, the bpy module): block
             return self.execute(context)
         try:
             self._job = self._make_job(context)
@@ -131,7 +131,7 @@ class DRAPE_OT_bake(bpy.types.Operator):
             self._cleanup(context)
             self.report({'WARNING'}, "Bake cancelled: the scene and any earlier bake are unchanged")
             return {'CANCELLED'}
-        if event.type != 'TIMER' or event.timer is not self._timer:
+        if event.type != 'TIMER':
             return {'PASS_THROUGH'}
         try:
             t_end = time.perf_counter() + _TICK_BUDGET_MS / 1e3

@@ -526,3 +526,87 @@ def test_real_drape_cloth_bakes_to_every_target(empty_scene, tmp_path, source_gu
     for key, got in baked.items():
         assert np.abs(got - rest[key[0]]).max() > 0.01, f"{key}: the cloth should have moved"
         np.testing.assert_allclose(got, live[key], atol=1e-5, rtol=0, err_msg=str(key))
+
+
+# --- the modal operator, driven by hand (the bpy module has no window) --------
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def record(*args, **kw):
+            self.calls.append((name,) + args)
+            return object() if name == "event_timer_add" else None
+        return record
+
+
+def _fake_operator(**props):
+    from drape.operators.bake import DRAPE_OT_bake
+
+    namespace = {name: DRAPE_OT_bake.__dict__[name]
+                 for name in ("invoke", "modal", "execute", "_make_job", "_cleanup", "_status", "_done_text")}
+    namespace["report"] = lambda self, kind, text: self.reports.append((kind, text))
+    op = type("FakeBakeOperator", (), namespace)()
+    op.reports = []
+    defaults = dict(objects='ALL', target='OBJECT', frame_range='CUSTOM', frame_start=1, frame_end=24, folder="")
+    defaults.update(props)
+    for key, value in defaults.items():
+        setattr(op, key, value)
+    return op
+
+
+def _fake_context():
+    from types import SimpleNamespace
+
+    ctx = bpy.context
+    return SimpleNamespace(scene=ctx.scene, active_object=ctx.active_object, selected_objects=ctx.selected_objects,
+                           window=object(), window_manager=_Recorder(), workspace=_Recorder(), area=_Recorder())
+
+
+def _event(kind):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(type=kind)
+
+
+@pytest.fixture
+def one_frame_per_tick(monkeypatch):
+    from drape.operators import bake as bake_operators
+
+    monkeypatch.setattr(bake_operators, "_TICK_BUDGET_MS", 0.0)
+
+
+def test_modal_bake_shows_progress_and_finishes(shot, one_frame_per_tick):
+    op, ctx = _fake_operator(), _fake_context()
+    assert op.invoke(ctx, _event('NONE')) == {'RUNNING_MODAL'}
+    assert op.modal(ctx, _event('MOUSEMOVE')) == {'PASS_THROUGH'}
+    result = {'RUNNING_MODAL'}
+    ticks = 0
+    while result == {'RUNNING_MODAL'}:
+        result = op.modal(ctx, _event('TIMER'))
+        ticks += 1
+    assert result == {'FINISHED'}, op.reports
+    assert ticks == 24
+    assert all(o.drape_bake.baked for o in shot["objs"].values())
+    wm = [c[0] for c in ctx.window_manager.calls]
+    assert wm[:3] == ["event_timer_add", "modal_handler_add", "progress_begin"]
+    assert wm[-2:] == ["event_timer_remove", "progress_end"] and wm.count("progress_update") == ticks
+    texts = [c[1] for c in ctx.workspace.calls if c[1]]
+    assert any("frame 24 (24/24)" in t and "ms/frame" in t and "s left" in t for t in texts), texts
+    assert ctx.workspace.calls[-1] == ("status_text_set", None)
+
+
+def test_escape_cancels_and_leaves_everything_as_it_was(shot, one_frame_per_tick):
+    bake_all(shot["scene"])
+    shot["scene"].frame_set(3)
+    before = snapshot(shot)
+    bake_job.set_frame_source(AnalyticSource(shot["objs"].values(), scale=2.0))
+    op, ctx = _fake_operator(), _fake_context()
+    assert op.invoke(ctx, _event('NONE')) == {'RUNNING_MODAL'}
+    assert op.modal(ctx, _event('TIMER')) == {'RUNNING_MODAL'}
+    assert op.modal(ctx, _event('TIMER')) == {'RUNNING_MODAL'}
+    assert op.modal(ctx, _event('ESC')) == {'CANCELLED'}
+    assert op.reports[-1][0] == {'WARNING'} and "cancelled" in op.reports[-1][1]
+    assert snapshot(shot) == before
+    assert [c[0] for c in ctx.window_manager.calls][-2:] == ["event_timer_remove", "progress_end"]
