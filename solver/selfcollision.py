@@ -1,0 +1,436 @@
+"""Self and cloth-cloth collision with predictive contacts.
+
+One `SelfCollision` per model. The step calls it twice:
+
+- ``detect(pos, vel, dt, gravity)`` once at step start. Every vertex's whole
+  step is predicted (``vel * dt + gravity * dt**2``) and taken relative to the
+  cloth's mean displacement, so a cloth carried along as a whole produces no
+  candidates. Triangles' swept boxes, fattened by half the thickness plus the
+  margin, go through a uniform grid (the broad phase; a BVH is kept for
+  comparison, see ``broad_phase``); surviving triangle pairs more than two
+  rings apart are tested feature by feature (the narrow phase):
+
+  * point-point (regions set to ``MODE_POINT_POINT``), storing the normal at
+    step start;
+  * vertex-triangle, storing only the side the vertex started on (or, between
+    layers, the side the layer order says);
+  * edge-edge, storing the normal (in the frame of a triangle of the first
+    edge, so it turns with the cloth).
+
+  A contact is made when the pair is already within ``thickness * (1 +
+  margin)`` or when its closing speed along the separating direction at step
+  start, scaled by ``conservativeness``, would bring it that close before step
+  end (the talk's dynamic collision radius). Contacts are then frozen for the
+  whole step.
+
+- ``solve(pos, prev_pos)`` in every substep iteration: Jacobi. Each contact
+  computes its vertices' corrections from the positions as they are when the
+  call starts; then each vertex averages its own corrections. The result does
+  not depend on thread count or order. Friction (Coulomb, position level)
+  uses the motion since ``prev_pos``.
+
+Exactly once: every vertex and edge is owned by one triangle, each triangle
+pair is visited once (canonical A < B, and only in the lowest grid cell both
+boxes overlap), and a triangle pair tests only the features its two triangles
+own. Pairs of triangles within two rings (sharing a vertex, or with corners
+joined by an edge) are skipped, and a pair that was closer than the thickness
+at rest is only held at its rest distance.
+
+Regions: ``region`` gives every vertex a region id (one per cloth object after
+`merge_meshes`, or per vertex group). ``modes[i, j]`` (i >= j, the lower
+triangle; the upper one is ignored) chooses ``MODE_OFF``, ``MODE_POINT_POINT``
+or ``MODE_FULL`` between regions i and j; ``modes[i, i]`` is region i's self
+collision. Triangles belong to the region most of their corners are in (the
+lowest on a three-way tie).
+
+Layers: ``layers[r]`` (>= 0, or -1 for none) orders regions from inside out.
+Between two layered regions, vertex-triangle contacts put the outer vertex on
+the front (normal) side of an inner triangle and the inner vertex behind an
+outer triangle, whatever side they started on, so tangled layers come apart
+the right way. Faces must point outwards (Blender's default for a garment
+modelled around a body).
+
+Caching: ``cache_contacts(pos, radius=...)`` detects once with a generous
+radius and then every ``detect`` reuses those contacts (no detection at all)
+until ``clear_cache()``.
+"""
+
+import time
+from collections import namedtuple
+
+import numpy as np
+
+from . import selfcollision_kernels as _k
+from .selfcollision_kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE,
+                                    MODE_FULL, MODE_OFF, MODE_POINT_POINT)
+
+try:  # the core's error type when it is there
+    from .params import SolverError as _Error
+except ImportError:  # pragma: no cover
+    _Error = ValueError
+
+__all__ = [
+    "SelfCollision", "merge_meshes", "MergedMeshes", "triangulate",
+    "MODE_OFF", "MODE_POINT_POINT", "MODE_FULL",
+    "KIND_POINT_POINT", "KIND_VERTEX_TRIANGLE", "KIND_EDGE_EDGE",
+]
+
+MergedMeshes = namedtuple("MergedMeshes", "positions face_indices face_sizes region vertex_offset")
+
+
+def triangulate(face_indices, face_sizes):
+    """Fan-triangulate polygons (Blender's corner order) into (t, 3) int32."""
+    face_indices = np.asarray(face_indices, dtype=np.int64).ravel()
+    face_sizes = np.asarray(face_sizes, dtype=np.int64).ravel()
+    if np.any(face_sizes < 3):
+        raise _Error("face_sizes: every polygon needs at least 3 corners")
+    if face_sizes.sum() != face_indices.size:
+        raise _Error(f"face_sizes add up to {face_sizes.sum()} corners, face_indices has {face_indices.size}")
+    starts = np.concatenate([[0], np.cumsum(face_sizes)[:-1]])
+    ntri = face_sizes - 2
+    face_of = np.repeat(np.arange(face_sizes.size), ntri)
+    k = np.arange(ntri.sum()) - np.repeat(np.cumsum(ntri) - ntri, ntri)
+    s = starts[face_of]
+    tris = np.stack([face_indices[s], face_indices[s + 1 + k], face_indices[s + 2 + k]], axis=1)
+    return tris.astype(np.int32)
+
+
+def merge_meshes(meshes):
+    """Concatenate several cloth meshes into one model's arrays.
+
+    meshes: sequence of (positions (n_i, 3), face_indices, face_sizes) or
+    (positions, triangles (t_i, 3)). Returns MergedMeshes(positions (N, 3)
+    float32, face_indices (flat, offset), face_sizes, region (N,) int32 with
+    region i for mesh i, vertex_offset (len + 1,) where mesh i's vertices are
+    ``vertex_offset[i]:vertex_offset[i + 1]``).
+    """
+    positions, faces, sizes, region, offsets = [], [], [], [], [0]
+    for i, mesh in enumerate(meshes):
+        if len(mesh) == 3:
+            p, fi, fs = mesh
+            fi = np.asarray(fi, dtype=np.int64).ravel()
+            fs = np.asarray(fs, dtype=np.int64).ravel()
+        elif len(mesh) == 2:
+            p, tri = mesh
+            tri = np.asarray(tri, dtype=np.int64)
+            if tri.ndim != 2 or tri.shape[1] != 3:
+                raise _Error(f"mesh {i}: triangles must have shape (t, 3), got {tri.shape}")
+            fi = tri.ravel()
+            fs = np.full(tri.shape[0], 3, dtype=np.int64)
+        else:
+            raise _Error(f"mesh {i}: give (positions, face_indices, face_sizes) or (positions, triangles)")
+        p = np.asarray(p, dtype=np.float32)
+        if p.ndim != 2 or p.shape[1] != 3:
+            raise _Error(f"mesh {i}: positions must have shape (n, 3), got {p.shape}")
+        if fi.size and (fi.min() < 0 or fi.max() >= p.shape[0]):
+            raise _Error(f"mesh {i}: face index out of range 0..{p.shape[0] - 1}")
+        if fs.sum() != fi.size:
+            raise _Error(f"mesh {i}: face_sizes add up to {fs.sum()}, face_indices has {fi.size}")
+        positions.append(p)
+        faces.append(fi + offsets[-1])
+        sizes.append(fs)
+        region.append(np.full(p.shape[0], i, dtype=np.int32))
+        offsets.append(offsets[-1] + p.shape[0])
+    return MergedMeshes(
+        np.concatenate(positions).astype(np.float32),
+        np.concatenate(faces).astype(np.int32),
+        np.concatenate(sizes).astype(np.int32),
+        np.concatenate(region),
+        np.asarray(offsets, dtype=np.int64),
+    )
+
+
+def _per_region(name, value, n_regions, lo=0.0):
+    arr = np.asarray(value, dtype=np.float32)
+    if arr.ndim == 0:
+        arr = np.full(n_regions, float(arr), dtype=np.float32)
+    if arr.shape != (n_regions,):
+        raise _Error(f"self collision {name}: give one number or one per region ({n_regions}), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < lo):
+        raise _Error(f"self collision {name} must be finite and >= {lo}, got {arr}")
+    return arr
+
+
+class SelfCollision:
+    """Self and cloth-cloth contacts of one model (see the module docstring).
+
+    rest_positions (n, 3), triangles (t, 3): the model's rest mesh.
+    region (n,) ints 0..R-1 (default all 0).
+    thickness (m), friction (Coulomb mu), conservativeness (>= 0, 1 = the
+    linear prediction, more = more contacts): a number or one per region.
+    modes: (R, R) ints, lower triangle used (default MODE_FULL everywhere).
+    layers: (R,) ints, -1 = not layered (default none).
+    inv_mass: (n,) inverse masses (0 = pinned; default 1 everywhere). The
+    array is kept by reference, so runtime pin changes written into it apply.
+    margin: contacts are made within thickness * (1 + margin).
+    broad_phase: "patch" (default: small connected patches with normal-cone
+    culling of flat neighbourhoods, then sweep and prune), "grid" (uniform
+    grid over triangles) or "bvh" (refitted BVH over triangles); the figures
+    are in benchmarks/bench_selfcollision.py.
+    patch_size, flat_cos: triangles per patch; a union of neighbouring patches
+    whose normals all lie within acos(flat_cos) of one axis counts as flat.
+    parallel: numba threads for the solve (detection is serial either way).
+    """
+
+    def __init__(self, rest_positions, triangles, region=None, *, thickness=0.005, friction=0.2,
+                 conservativeness=1.5, modes=None, layers=None, inv_mass=None, margin=0.25,
+                 broad_phase="patch", parallel=False, patch_size=16, flat_cos=0.7):
+        rest = np.ascontiguousarray(np.asarray(rest_positions, dtype=np.float32))
+        if rest.ndim != 2 or rest.shape[1] != 3:
+            raise _Error(f"self collision: rest_positions must have shape (n, 3), got {rest.shape}")
+        if not np.all(np.isfinite(rest)):
+            raise _Error("self collision: rest_positions contain NaN or Inf")
+        n = rest.shape[0]
+        tri = np.ascontiguousarray(np.asarray(triangles, dtype=np.int32))
+        if tri.ndim != 2 or tri.shape[1] != 3:
+            raise _Error(f"self collision: triangles must have shape (t, 3), got {tri.shape}")
+        if tri.size and (tri.min() < 0 or tri.max() >= n):
+            raise _Error(f"self collision: triangle index out of range 0..{n - 1}")
+        if region is None:
+            region = np.zeros(n, dtype=np.int32)
+        region = np.ascontiguousarray(np.asarray(region, dtype=np.int32))
+        if region.shape != (n,) or (n and region.min() < 0):
+            raise _Error(f"self collision: region must be (n,) = ({n},) ids >= 0, got {region.shape}")
+        n_regions = int(region.max()) + 1 if n else 1
+        if broad_phase not in ("patch", "grid", "bvh"):
+            raise _Error(f"self collision: broad_phase must be 'patch', 'grid' or 'bvh', got {broad_phase!r}")
+        self.patch_size = int(patch_size)
+        self.flat_cos = float(flat_cos)
+        self.n = n
+        self.rest = rest
+        self.triangles = tri
+        self.region = region
+        self.n_regions = n_regions
+        self.broad_phase = broad_phase
+        self.parallel = bool(parallel)
+        self.margin = float(margin)
+        if not (self.margin >= 0.0):
+            raise _Error(f"self collision: margin must be >= 0, got {margin}")
+        self.set_params(thickness=thickness, friction=friction, conservativeness=conservativeness,
+                        modes=modes, layers=layers)
+        self.inv_mass = (np.ones(n, dtype=np.float32) if inv_mass is None
+                         else np.asarray(inv_mass, dtype=np.float32))
+        if self.inv_mass.shape != (n,):
+            raise _Error(f"self collision: inv_mass must have shape ({n},), got {self.inv_mass.shape}")
+        self._build_topology()
+        self._capacity = max(64, 2 * len(tri))
+        self._alloc(self._capacity)
+        self._set_contacts(0)
+        self.cached = False
+        self.detect_ms = 0.0
+        self.solve_ms = 0.0
+        self.candidates = 0
+        self.narrow_pairs = 0
+
+    @classmethod
+    def from_model(cls, model, **kwargs):
+        """Build from a solver model (rest_positions, triangles, region, inverse masses)."""
+        inv_mass = kwargs.pop("inv_mass", None)
+        if inv_mass is None:
+            for name in ("inv_mass", "inverse_mass"):
+                if getattr(model, name, None) is not None:
+                    inv_mass = getattr(model, name)
+                    break
+        return cls(model.rest_positions, model.triangles, getattr(model, "region", None),
+                   inv_mass=inv_mass, **kwargs)
+
+    @classmethod
+    def from_mesh(cls, rest_positions, face_indices, face_sizes, region=None, **kwargs):
+        """Build from polygons (fan-triangulated)."""
+        return cls(rest_positions, triangulate(face_indices, face_sizes), region, **kwargs)
+
+    # ------------------------------------------------------------ settings
+
+    def set_params(self, thickness=None, friction=None, conservativeness=None, modes=None, layers=None):
+        """Change per-region settings between steps (no rebuild)."""
+        R = self.n_regions
+        if thickness is not None:
+            self.thickness = _per_region("thickness", thickness, R)
+            if np.any(self.thickness <= 0):
+                raise _Error(f"self collision thickness must be > 0, got {self.thickness}")
+        if friction is not None:
+            self.friction = _per_region("friction", friction, R)
+        if conservativeness is not None:
+            self.conservativeness = _per_region("conservativeness", conservativeness, R)
+        if modes is not None or not hasattr(self, "modes"):
+            m = np.full((R, R), MODE_FULL, dtype=np.int8) if modes is None else np.asarray(modes)
+            if m.shape != (R, R) or not np.all(np.isin(m, (MODE_OFF, MODE_POINT_POINT, MODE_FULL))):
+                raise _Error(f"self collision modes must be ({R}, {R}) with values 0 (off), 1 (point-point), "
+                             f"2 (full mesh), got shape {m.shape}")
+            self.modes = np.ascontiguousarray(m.astype(np.int8))
+        if layers is not None or not hasattr(self, "layers"):
+            lay = np.full(R, -1, dtype=np.int32) if layers is None else np.asarray(layers, dtype=np.int32)
+            if lay.shape != (R,) or np.any(lay < -1):
+                raise _Error(f"self collision layers must be one int >= -1 per region ({R}), got {lay}")
+            self.layers = np.ascontiguousarray(lay)
+
+    def set_inv_mass(self, inv_mass):
+        inv_mass = np.asarray(inv_mass, dtype=np.float32)
+        if inv_mass.shape != (self.n,):
+            raise _Error(f"self collision: inv_mass must have shape ({self.n},), got {inv_mass.shape}")
+        self.inv_mass = inv_mass
+
+    # ------------------------------------------------------------ topology
+
+    def _build_topology(self):
+        tri = self.triangles
+        n = self.n
+        nt = tri.shape[0]
+        # Edges of the triangulation, each once (sorted endpoints).
+        te = np.stack([tri, np.roll(tri, -1, axis=1)], axis=2).reshape(-1, 2).astype(np.int64)
+        te.sort(axis=1)
+        key = te[:, 0] * max(n, 1) + te[:, 1]
+        uniq, inverse = np.unique(key, return_inverse=True)
+        self.edges = np.ascontiguousarray(np.stack([uniq // max(n, 1), uniq % max(n, 1)], axis=1).astype(np.int32))
+        self.tri_edges = np.ascontiguousarray(inverse.reshape(nt, 3).astype(np.int32))
+        # Vertex adjacency (CSR) from those edges.
+        e = self.edges[self.edges[:, 0] != self.edges[:, 1]]
+        a = np.concatenate([e[:, 0], e[:, 1]])
+        b = np.concatenate([e[:, 1], e[:, 0]])
+        order = np.argsort(a, kind="stable")
+        adj = b[order].astype(np.int32)
+        adj_start = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(adj_start, a + 1, 1)
+        adj_start = np.cumsum(adj_start)
+        self.tri_ring_start, self.tri_ring = _k.triangle_rings(tri, adj_start, adj, n)
+        # Triangle region: the majority of its corners, else the lowest.
+        r = self.region[tri] if nt else np.zeros((0, 3), np.int32)
+        tri_region = np.min(r, axis=1) if nt else np.zeros(0, np.int32)
+        maj = np.where(r[:, 1] == r[:, 2], r[:, 1], tri_region) if nt else tri_region
+        maj = np.where(r[:, 0] == r[:, 1], r[:, 0], maj) if nt else maj
+        maj = np.where(r[:, 0] == r[:, 2], r[:, 0], maj) if nt else maj
+        self.tri_region = np.ascontiguousarray(maj.astype(np.int32))
+        self.own_mask = _k.ownership(tri, self.tri_edges, len(self.edges), self.region, self.tri_region, n)
+        # BVH leaf order: Morton order of rest centroids (the tree is refitted, never rebuilt).
+        if nt:
+            c = self.rest[tri].mean(axis=1)
+            lo = c.min(axis=0)
+            span = max(float((c.max(axis=0) - lo).max()), 1e-9)
+            q = np.clip(((c - lo) / span * 1023).astype(np.int64), 0, 1023)
+            code = np.zeros(nt, dtype=np.int64)
+            for bit in range(10):
+                for ax in range(3):
+                    code |= ((q[:, ax] >> bit) & 1) << (3 * bit + ax)
+            self._bvh_order = np.argsort(code, kind="stable").astype(np.int32)
+        else:
+            self._bvh_order = np.zeros(0, np.int32)
+        self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
+        self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
+            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self.patch_size)
+
+    # ------------------------------------------------------------ contacts
+
+    def _alloc(self, cap):
+        self._out_vertex = np.empty((cap, 4), dtype=np.int32)
+        self._out_kind = np.empty(cap, dtype=np.int8)
+        self._out_normal = np.empty((cap, 3), dtype=np.float32)
+        self._out_frame = np.empty(cap, dtype=np.int32)
+        self._out_target = np.empty(cap, dtype=np.float32)
+        self._out_friction = np.empty(cap, dtype=np.float32)
+        self._capacity = cap
+
+    def _set_contacts(self, count):
+        self.count = count
+        self.contact_vertex = self._out_vertex[:count]
+        self.contact_kind = self._out_kind[:count]
+        self.contact_normal = self._out_normal[:count]
+        self.contact_frame = self._out_frame[:count]
+        self.contact_target = self._out_target[:count]
+        self.contact_friction = self._out_friction[:count]
+        self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
+        self._slot_active = np.zeros(count, dtype=np.uint8)
+        self._vertex_list, self._vertex_slot_start, self._vertex_slot = _k.build_vertex_slots(
+            self.contact_vertex, self.contact_kind, self.n)
+
+    def _run_detect(self, pos, disp, margin):
+        stats = np.zeros(2, dtype=np.int64)
+        while True:
+            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.own_mask,
+                    self.tri_region, self.tri_ring_start, self.tri_ring, self.modes, self.thickness,
+                    self.friction, self.conservativeness, self.layers, np.float32(margin))
+            outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                    self._out_target, self._out_friction, stats)
+            if self.broad_phase == "patch":
+                count = _k.detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
+                                          np.float32(self.flat_cos), *outs)
+            elif self.broad_phase == "grid":
+                count = _k.detect_grid(*args, *outs)
+            else:
+                count = _k.detect_bvh(*args, self._bvh_order, self._bvh_nodes, *outs)
+            if count <= self._capacity:
+                break
+            self._alloc(int(count * 1.5) + 64)
+        self.candidates = int(stats[0])
+        self.narrow_pairs = int(stats[1])
+        self._set_contacts(count)
+        return count
+
+    def _check(self, pos, name):
+        if pos.shape != (3, self.n) or pos.dtype != np.float32:
+            raise _Error(f"self collision: {name} must be float32 (3, {self.n}), got {pos.dtype} {pos.shape}")
+
+    def detect(self, pos, vel, dt, gravity):
+        """Find this step's contacts (once per step, at step start) and freeze them.
+
+        pos, vel: float32 (3, n) at step start; dt: the step; gravity (3,).
+        With cached contacts this does nothing. Returns the contact count.
+        """
+        if self.cached:
+            self.detect_ms = 0.0
+            self.solve_ms = 0.0
+            return self.count
+        t0 = time.perf_counter()
+        self._check(pos, "pos")
+        self._check(vel, "vel")
+        g = np.asarray(gravity, dtype=np.float32).reshape(3, 1)
+        disp = vel * np.float32(dt) + g * np.float32(dt * dt)
+        if not np.all(np.isfinite(disp)) or not np.all(np.isfinite(pos)):
+            raise _Error("self collision: positions or velocities contain NaN or Inf")
+        count = self._run_detect(pos, disp, self.margin)
+        self.detect_ms = (time.perf_counter() - t0) * 1e3
+        self.solve_ms = 0.0
+        return count
+
+    def cache_contacts(self, pos, radius=None, vel=None, dt=0.0, gravity=(0.0, 0.0, 0.0)):
+        """Detect once now, with contacts made within ``radius`` (default 4x
+        the thickness), and reuse them every step without detection until
+        ``clear_cache()``. Contacts only push when violated, so a generous
+        radius costs solve time, not wrong behaviour."""
+        self._check(pos, "pos")
+        if radius is None:
+            radius = 4.0 * float(self.thickness.max())
+        margin = max(float(radius) / float(self.thickness.min()) - 1.0, self.margin)
+        disp = (np.zeros_like(pos) if vel is None else
+                vel * np.float32(dt) + np.asarray(gravity, np.float32).reshape(3, 1) * np.float32(dt * dt))
+        self.cached = False
+        count = self._run_detect(pos, disp, margin)
+        self.cached = True
+        return count
+
+    def clear_cache(self):
+        self.cached = False
+
+    def solve(self, pos, prev_pos):
+        """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""
+        if self.count == 0:
+            return
+        t0 = time.perf_counter()
+        fn = _k.solve_parallel if self.parallel else _k.solve_serial
+        fn(pos, prev_pos, self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
+           self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
+           self._slot_delta, self._slot_active, self._vertex_list, self._vertex_slot_start, self._vertex_slot)
+        self.solve_ms += (time.perf_counter() - t0) * 1e3
+
+    def contact_keys(self):
+        """Canonical (kind, features...) tuples of the current contacts (for tests and tools)."""
+        keys = []
+        for kind, v in zip(self.contact_kind.tolist(), self.contact_vertex.tolist()):
+            if kind == KIND_POINT_POINT:
+                keys.append((kind,) + tuple(sorted(v[:2])))
+            elif kind == KIND_VERTEX_TRIANGLE:
+                keys.append((kind, v[0]) + tuple(sorted(v[1:])))
+            else:
+                e1 = tuple(sorted(v[:2]))
+                e2 = tuple(sorted(v[2:]))
+                keys.append((kind,) + min(e1, e2) + max(e1, e2))
+        return keys

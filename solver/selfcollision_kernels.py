@@ -1,0 +1,1224 @@
+"""numba kernels for self and cloth-cloth collision (predictive contacts).
+
+Detection runs once per step (serial, so its output order is canonical);
+the solve is Jacobi in two passes: every contact computes the corrections of
+its own vertices from the positions as they were when the pass started, then
+every vertex sums its corrections in a fixed order. Neither pass writes what
+another iteration of the same pass reads, so the result is bit-identical for
+any thread count.
+
+Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
+  point-point    (v, w, -, -)  normal n stored (world, from w to v at step start)
+  vertex-triangle (v, a, b, c) side +-1 stored in contact_normal[k, 0]; the
+                 triangle's live normal is used in the solve
+  edge-edge      (a, b, c, d)  normal stored in the frame of the triangle
+                 `contact_frame[k]` (the first edge's owner), so it turns with
+                 the cloth when contacts are cached over many steps
+"""
+
+import numpy as np
+from numba import njit, prange
+
+KIND_POINT_POINT = 0
+KIND_VERTEX_TRIANGLE = 1
+KIND_EDGE_EDGE = 2
+
+MODE_OFF = 0
+MODE_POINT_POINT = 1
+MODE_FULL = 2
+
+_JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+
+
+# ---------------------------------------------------------------- geometry
+
+
+@njit(**_JIT)
+def _closest_on_triangle(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
+    """Barycentrics (u, v, w) of the point of triangle abc closest to p
+    (Ericson, Real-Time Collision Detection 5.1.5)."""
+    abx, aby, abz = bx - ax, by - ay, bz - az
+    acx, acy, acz = cx - ax, cy - ay, cz - az
+    apx, apy, apz = px - ax, py - ay, pz - az
+    d1 = abx * apx + aby * apy + abz * apz
+    d2 = acx * apx + acy * apy + acz * apz
+    if d1 <= 0.0 and d2 <= 0.0:
+        return 1.0, 0.0, 0.0
+    bpx, bpy, bpz = px - bx, py - by, pz - bz
+    d3 = abx * bpx + aby * bpy + abz * bpz
+    d4 = acx * bpx + acy * bpy + acz * bpz
+    if d3 >= 0.0 and d4 <= d3:
+        return 0.0, 1.0, 0.0
+    vc = d1 * d4 - d3 * d2
+    if vc <= 0.0 and d1 >= 0.0 and d3 <= 0.0:
+        t = d1 / (d1 - d3)
+        return 1.0 - t, t, 0.0
+    cpx, cpy, cpz = px - cx, py - cy, pz - cz
+    d5 = abx * cpx + aby * cpy + abz * cpz
+    d6 = acx * cpx + acy * cpy + acz * cpz
+    if d6 >= 0.0 and d5 <= d6:
+        return 0.0, 0.0, 1.0
+    vb = d5 * d2 - d1 * d6
+    if vb <= 0.0 and d2 >= 0.0 and d6 <= 0.0:
+        t = d2 / (d2 - d6)
+        return 1.0 - t, 0.0, t
+    va = d3 * d6 - d5 * d4
+    if va <= 0.0 and (d4 - d3) >= 0.0 and (d5 - d6) >= 0.0:
+        t = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+        return 0.0, 1.0 - t, t
+    den = va + vb + vc
+    if den <= 1e-30:
+        return 1.0, 0.0, 0.0
+    v = vb / den
+    w = vc / den
+    return 1.0 - v - w, v, w
+
+
+@njit(**_JIT)
+def _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
+    """Parameters (s, t) of the closest points a + s(b-a), c + t(d-c)
+    (Ericson 5.1.9), clamped to the segments."""
+    d1x, d1y, d1z = bx - ax, by - ay, bz - az
+    d2x, d2y, d2z = dx - cx, dy - cy, dz - cz
+    rx, ry, rz = ax - cx, ay - cy, az - cz
+    a = d1x * d1x + d1y * d1y + d1z * d1z
+    e = d2x * d2x + d2y * d2y + d2z * d2z
+    f = d2x * rx + d2y * ry + d2z * rz
+    eps = 1e-20
+    if a <= eps and e <= eps:
+        return 0.0, 0.0
+    if a <= eps:
+        return 0.0, min(max(f / e, 0.0), 1.0)
+    c = d1x * rx + d1y * ry + d1z * rz
+    if e <= eps:
+        return min(max(-c / a, 0.0), 1.0), 0.0
+    b = d1x * d2x + d1y * d2y + d1z * d2z
+    den = a * e - b * b
+    if den > 1e-12 * a * e:
+        s = min(max((b * f - c * e) / den, 0.0), 1.0)
+    else:
+        s = 0.0
+    t = (b * s + f) / e
+    if t < 0.0:
+        t = 0.0
+        s = min(max(-c / a, 0.0), 1.0)
+    elif t > 1.0:
+        t = 1.0
+        s = min(max((b - c) / a, 0.0), 1.0)
+    return s, t
+
+
+@njit(**_JIT)
+def _tri_frame(x, a, b, c):
+    """Orthonormal frame (u, v, n) of triangle abc at positions x (3, n)."""
+    ux = x[0, b] - x[0, a]
+    uy = x[1, b] - x[1, a]
+    uz = x[2, b] - x[2, a]
+    wx = x[0, c] - x[0, a]
+    wy = x[1, c] - x[1, a]
+    wz = x[2, c] - x[2, a]
+    nx = uy * wz - uz * wy
+    ny = uz * wx - ux * wz
+    nz = ux * wy - uy * wx
+    ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+    lu = np.sqrt(ux * ux + uy * uy + uz * uz)
+    if ln < 1e-30 or lu < 1e-30:
+        return 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
+    nx /= ln
+    ny /= ln
+    nz /= ln
+    ux /= lu
+    uy /= lu
+    uz /= lu
+    vx = ny * uz - nz * uy
+    vy = nz * ux - nx * uz
+    vz = nx * uy - ny * ux
+    return ux, uy, uz, vx, vy, vz, nx, ny, nz
+
+
+# ---------------------------------------------------------------- broad phase helpers
+
+
+@njit(**_JIT)
+def _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box):
+    """Fat swept boxes of the triangles, relative to the mean displacement.
+
+    Returns the relative displacement (3, n) as well. box: (t, 6) out.
+    """
+    n = pos.shape[1]
+    mx = 0.0
+    my = 0.0
+    mz = 0.0
+    for i in range(n):
+        mx += disp[0, i]
+        my += disp[1, i]
+        mz += disp[2, i]
+    if n > 0:
+        mx /= n
+        my /= n
+        mz /= n
+    rel = np.empty((3, n), np.float32)
+    for i in range(n):
+        rel[0, i] = disp[0, i] - mx
+        rel[1, i] = disp[1, i] - my
+        rel[2, i] = disp[2, i] - mz
+    for t in range(triangles.shape[0]):
+        r = tri_region[t]
+        pad = region_pad[r]
+        cons = region_cons[r]
+        lo0 = lo1 = lo2 = np.inf
+        hi0 = hi1 = hi2 = -np.inf
+        for k in range(3):
+            v = triangles[t, k]
+            x0 = pos[0, v]
+            x1 = pos[1, v]
+            x2 = pos[2, v]
+            e0 = x0 + cons * rel[0, v]
+            e1 = x1 + cons * rel[1, v]
+            e2 = x2 + cons * rel[2, v]
+            lo0 = min(lo0, x0, e0)
+            lo1 = min(lo1, x1, e1)
+            lo2 = min(lo2, x2, e2)
+            hi0 = max(hi0, x0, e0)
+            hi1 = max(hi1, x1, e1)
+            hi2 = max(hi2, x2, e2)
+        box[t, 0] = lo0 - pad
+        box[t, 1] = lo1 - pad
+        box[t, 2] = lo2 - pad
+        box[t, 3] = hi0 + pad
+        box[t, 4] = hi1 + pad
+        box[t, 5] = hi2 + pad
+    return rel
+
+
+@njit(**_JIT)
+def _grid_build(box, max_cells_factor):
+    """Uniform grid over the boxes: each box is listed in every cell it overlaps.
+
+    Cell size is twice the mean box extent (grown when the grid would get too
+    many cells), so an outlier box (a fast-moving triangle) does not blow up
+    the cell size for everyone.
+    """
+    t = box.shape[0]
+    lo = np.full(3, np.inf)
+    hi = np.full(3, -np.inf)
+    ext = 0.0
+    for i in range(t):
+        for a in range(3):
+            lo[a] = min(lo[a], box[i, a])
+            hi[a] = max(hi[a], box[i, 3 + a])
+        ext += max(box[i, 3] - box[i, 0], box[i, 4] - box[i, 1], box[i, 5] - box[i, 2])
+    cell = 2.0 * ext / max(t, 1)
+    if not (cell > 1e-9):
+        cell = 1e-9
+    max_cells = max_cells_factor * t + 64
+    dims = np.empty(3, np.int64)
+    while True:
+        total = 1
+        for a in range(3):
+            dims[a] = int((hi[a] - lo[a]) / cell) + 1
+            total *= dims[a]
+        if total <= max_cells:
+            break
+        cell *= 1.5
+    inv = 1.0 / cell
+    cmin = np.empty((t, 3), np.int32)
+    cmax = np.empty((t, 3), np.int32)
+    counts = np.zeros(total + 1, np.int64)
+    for i in range(t):
+        for a in range(3):
+            c0 = int((box[i, a] - lo[a]) * inv)
+            c1 = int((box[i, 3 + a] - lo[a]) * inv)
+            cmin[i, a] = min(max(c0, 0), dims[a] - 1)
+            cmax[i, a] = min(max(c1, 0), dims[a] - 1)
+        for cz in range(cmin[i, 2], cmax[i, 2] + 1):
+            for cy in range(cmin[i, 1], cmax[i, 1] + 1):
+                for cx in range(cmin[i, 0], cmax[i, 0] + 1):
+                    counts[(cz * dims[1] + cy) * dims[0] + cx + 1] += 1
+    for c in range(total):
+        counts[c + 1] += counts[c]
+    fill = counts[:-1].copy()
+    items = np.empty(counts[total], np.int32)
+    for i in range(t):
+        for cz in range(cmin[i, 2], cmax[i, 2] + 1):
+            for cy in range(cmin[i, 1], cmax[i, 1] + 1):
+                for cx in range(cmin[i, 0], cmax[i, 0] + 1):
+                    c = (cz * dims[1] + cy) * dims[0] + cx
+                    items[fill[c]] = i
+                    fill[c] += 1
+    return counts, items, cmin, cmax, dims
+
+
+# ---------------------------------------------------------------- narrow phase
+
+
+@njit(**_JIT)
+def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count,
+          kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
+    if count < out_kind.shape[0]:
+        out_kind[count] = kind
+        out_vertex[count, 0] = i0
+        out_vertex[count, 1] = i1
+        out_vertex[count, 2] = i2
+        out_vertex[count, 3] = i3
+        out_normal[count, 0] = n0
+        out_normal[count, 1] = n1
+        out_normal[count, 2] = n2
+        out_frame[count] = frame
+        out_target[count] = target
+        out_friction[count] = friction
+    return count + 1
+
+
+@njit(**_JIT)
+def _rest_vt(rest, v, a, b, c):
+    u, vv, w = _closest_on_triangle(
+        rest[v, 0], rest[v, 1], rest[v, 2], rest[a, 0], rest[a, 1], rest[a, 2],
+        rest[b, 0], rest[b, 1], rest[b, 2], rest[c, 0], rest[c, 1], rest[c, 2])
+    dx = rest[v, 0] - (u * rest[a, 0] + vv * rest[b, 0] + w * rest[c, 0])
+    dy = rest[v, 1] - (u * rest[a, 1] + vv * rest[b, 1] + w * rest[c, 1])
+    dz = rest[v, 2] - (u * rest[a, 2] + vv * rest[b, 2] + w * rest[c, 2])
+    return np.sqrt(dx * dx + dy * dy + dz * dz)
+
+
+@njit(**_JIT)
+def _rest_ee(rest, a, b, c, d):
+    s, t = _closest_segments(
+        rest[a, 0], rest[a, 1], rest[a, 2], rest[b, 0], rest[b, 1], rest[b, 2],
+        rest[c, 0], rest[c, 1], rest[c, 2], rest[d, 0], rest[d, 1], rest[d, 2])
+    dx = (rest[a, 0] + s * (rest[b, 0] - rest[a, 0])) - (rest[c, 0] + t * (rest[d, 0] - rest[c, 0]))
+    dy = (rest[a, 1] + s * (rest[b, 1] - rest[a, 1])) - (rest[c, 1] + t * (rest[d, 1] - rest[c, 1]))
+    dz = (rest[a, 2] + s * (rest[b, 2] - rest[a, 2])) - (rest[c, 2] + t * (rest[d, 2] - rest[c, 2]))
+    return np.sqrt(dx * dx + dy * dy + dz * dz)
+
+
+@njit(**_JIT)
+def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_mask,
+                 region_thick, region_fric, region_cons, region_layer, tri_region, margin,
+                 out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count):
+    """All feature pairs of triangles A and B that the two own, tested once."""
+    rA = tri_region[A]
+    rB = tri_region[B]
+    thick = 0.5 * (region_thick[rA] + region_thick[rB])
+    fric = np.sqrt(region_fric[rA] * region_fric[rB])
+    cons = max(region_cons[rA], region_cons[rB])
+    reach = thick + margin * thick
+    layA = region_layer[rA]
+    layB = region_layer[rB]
+    layered = layA >= 0 and layB >= 0 and layA != layB
+    for side in range(2):
+        T = B if side == 0 else A
+        P = A if side == 0 else B
+        if mode == MODE_POINT_POINT and side == 1:
+            break
+        for k in range(3):
+            if not (own_mask[P] >> k) & 1:
+                continue
+            v = triangles[P, k]
+            px = pos[0, v]
+            py = pos[1, v]
+            pz = pos[2, v]
+            if mode == MODE_POINT_POINT:
+                for m in range(3):
+                    if not (own_mask[T] >> m) & 1:
+                        continue
+                    w = triangles[T, m]
+                    dx = px - pos[0, w]
+                    dy = py - pos[1, w]
+                    dz = pz - pos[2, w]
+                    d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+                    if d0 > 1e-12:
+                        nx, ny, nz = dx / d0, dy / d0, dz / d0
+                    else:
+                        nx, ny, nz = 0.0, 0.0, 1.0
+                    close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
+                    if d0 < reach or d0 + cons * close < reach:
+                        rx = rest[v, 0] - rest[w, 0]
+                        ry = rest[v, 1] - rest[w, 1]
+                        rz = rest[v, 2] - rest[w, 2]
+                        target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
+                        count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                                      count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
+                continue
+            a = triangles[T, 0]
+            b = triangles[T, 1]
+            c = triangles[T, 2]
+            u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
+                                             pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
+            qx = u * pos[0, a] + vv * pos[0, b] + ww * pos[0, c]
+            qy = u * pos[1, a] + vv * pos[1, b] + ww * pos[1, c]
+            qz = u * pos[2, a] + vv * pos[2, b] + ww * pos[2, c]
+            dx = px - qx
+            dy = py - qy
+            dz = pz - qz
+            d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+            if d0 > reach + cons * (abs(rel[0, v]) + abs(rel[1, v]) + abs(rel[2, v])
+                                    + abs(rel[0, a]) + abs(rel[1, a]) + abs(rel[2, a])
+                                    + abs(rel[0, b]) + abs(rel[1, b]) + abs(rel[2, b])
+                                    + abs(rel[0, c]) + abs(rel[1, c]) + abs(rel[2, c])):
+                continue
+            ux_, uy_, uz_, vx_, vy_, vz_, tnx, tny, tnz = _tri_frame(pos, a, b, c)
+            if d0 > 1e-12:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
+            else:
+                nx, ny, nz = tnx, tny, tnz
+            rqx = u * rel[0, a] + vv * rel[0, b] + ww * rel[0, c]
+            rqy = u * rel[1, a] + vv * rel[1, b] + ww * rel[1, c]
+            rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
+            close = (rel[0, v] - rqx) * nx + (rel[1, v] - rqy) * ny + (rel[2, v] - rqz) * nz
+            if d0 < reach or d0 + cons * close < reach:
+                if layered:
+                    # Outer layer (higher order) stays on the normal side of the inner layer.
+                    sgn = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
+                else:
+                    h = dx * tnx + dy * tny + dz * tnz
+                    if h == 0.0:
+                        # In the plane: it came from the side it is moving away from.
+                        h = -((rel[0, v] - rqx) * tnx + (rel[1, v] - rqy) * tny + (rel[2, v] - rqz) * tnz)
+                    sgn = 1.0 if h >= 0.0 else -1.0
+                target = min(thick, _rest_vt(rest, v, a, b, c))
+                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                              count, KIND_VERTEX_TRIANGLE, v, a, b, c, sgn, 0.0, 0.0, T, target, fric)
+    if mode != MODE_FULL:
+        return count
+    # edge-edge
+    for ka in range(3):
+        if not (own_mask[A] >> (3 + ka)) & 1:
+            continue
+        ea = tri_edges[A, ka]
+        a = edges[ea, 0]
+        b = edges[ea, 1]
+        for kb in range(3):
+            if not (own_mask[B] >> (3 + kb)) & 1:
+                continue
+            eb = tri_edges[B, kb]
+            c = edges[eb, 0]
+            d = edges[eb, 1]
+            s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
+                                     pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
+            dx = (pos[0, a] + s * (pos[0, b] - pos[0, a])) - (pos[0, c] + t * (pos[0, d] - pos[0, c]))
+            dy = (pos[1, a] + s * (pos[1, b] - pos[1, a])) - (pos[1, c] + t * (pos[1, d] - pos[1, c]))
+            dz = (pos[2, a] + s * (pos[2, b] - pos[2, a])) - (pos[2, c] + t * (pos[2, d] - pos[2, c]))
+            d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+            rdx = (rel[0, a] + s * (rel[0, b] - rel[0, a])) - (rel[0, c] + t * (rel[0, d] - rel[0, c]))
+            rdy = (rel[1, a] + s * (rel[1, b] - rel[1, a])) - (rel[1, c] + t * (rel[1, d] - rel[1, c]))
+            rdz = (rel[2, a] + s * (rel[2, b] - rel[2, a])) - (rel[2, c] + t * (rel[2, d] - rel[2, c]))
+            if d0 > 1e-12:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
+            else:
+                # Crossing edges: the direction across both.
+                e1x = pos[0, b] - pos[0, a]
+                e1y = pos[1, b] - pos[1, a]
+                e1z = pos[2, b] - pos[2, a]
+                e2x = pos[0, d] - pos[0, c]
+                e2y = pos[1, d] - pos[1, c]
+                e2z = pos[2, d] - pos[2, c]
+                nx = e1y * e2z - e1z * e2y
+                ny = e1z * e2x - e1x * e2z
+                nz = e1x * e2y - e1y * e2x
+                ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+                if ln < 1e-20:
+                    continue
+                nx /= ln
+                ny /= ln
+                nz /= ln
+            close = rdx * nx + rdy * ny + rdz * nz
+            if d0 < reach or d0 + cons * close < reach:
+                ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = _tri_frame(
+                    pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
+                if layered:
+                    # Edge of A outside B's layer: the normal points the way A's
+                    # layer lies from B's (A's face normal, with the layer's sign).
+                    sgn = 1.0 if layA > layB else -1.0
+                    _, _, _, _, _, _, bnx, bny, bnz = _tri_frame(
+                        pos, triangles[B, 0], triangles[B, 1], triangles[B, 2])
+                    if (nx * bnx + ny * bny + nz * bnz) * sgn < 0.0:
+                        nx, ny, nz = -nx, -ny, -nz
+                # Stored in A's frame, so a cached contact turns with the cloth.
+                cu = nx * ux_ + ny * uy_ + nz * uz_
+                cv = nx * vx_ + ny * vy_ + nz * vz_
+                cn = nx * fnx + ny * fny + nz * fnz
+                target = min(thick, _rest_ee(rest, a, b, c, d))
+                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                              count, KIND_EDGE_EDGE, a, b, c, d, cu, cv, cn, A, target, fric)
+    return count
+
+
+@njit(**_JIT)
+def detect_grid(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
+                tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+                out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
+    """Broad phase (uniform grid) + narrow phase. Returns the number of contacts
+    found (may exceed the out arrays' capacity: then call again with more room).
+
+    stats[0] = candidate pairs whose boxes overlap, stats[1] = narrow-phase pairs.
+    """
+    nt = triangles.shape[0]
+    n = pos.shape[1]
+    region_pad = np.empty(region_thick.shape[0], np.float32)
+    for r in range(region_thick.shape[0]):
+        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
+    box = np.empty((nt, 6), np.float32)
+    rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    counts, items, cmin, cmax, dims = _grid_build(box, 4)
+    lo0 = np.inf
+    lo1 = np.inf
+    lo2 = np.inf
+    for i in range(nt):
+        lo0 = min(lo0, box[i, 0])
+        lo1 = min(lo1, box[i, 1])
+        lo2 = min(lo2, box[i, 2])
+    mark = np.zeros(n, np.int32)
+    count = 0
+    overlaps = 0
+    narrow = 0
+    for A in range(nt):
+        stamped = False
+        rA = tri_region[A]
+        for cz in range(cmin[A, 2], cmax[A, 2] + 1):
+            for cy in range(cmin[A, 1], cmax[A, 1] + 1):
+                for cx in range(cmin[A, 0], cmax[A, 0] + 1):
+                    c = (cz * dims[1] + cy) * dims[0] + cx
+                    for j in range(counts[c], counts[c + 1]):
+                        B = items[j]
+                        if B <= A:
+                            continue
+                        if (box[A, 0] > box[B, 3] or box[B, 0] > box[A, 3] or box[A, 1] > box[B, 4]
+                                or box[B, 1] > box[A, 4] or box[A, 2] > box[B, 5] or box[B, 2] > box[A, 5]):
+                            continue
+                        # Report the pair only in the lowest cell both overlap.
+                        if (max(cmin[A, 0], cmin[B, 0]) != cx or max(cmin[A, 1], cmin[B, 1]) != cy
+                                or max(cmin[A, 2], cmin[B, 2]) != cz):
+                            continue
+                        overlaps += 1
+                        rB = tri_region[B]
+                        mode = mode_matrix[max(rA, rB), min(rA, rB)]
+                        if mode == MODE_OFF:
+                            continue
+                        if not stamped:
+                            for q in range(tri_ring_start[A], tri_ring_start[A + 1]):
+                                mark[tri_ring[q]] = A + 1
+                            stamped = True
+                        if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
+                                or mark[triangles[B, 2]] == A + 1):
+                            continue
+                        narrow += 1
+                        count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                             own_mask, region_thick, region_fric, region_cons, region_layer,
+                                             tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                             out_target, out_friction, count)
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
+
+
+# ---------------------------------------------------------------- BVH broad phase (for comparison)
+
+
+@njit(**_JIT)
+def bvh_refit(order, box, node_box, n_leaves):
+    """Implicit complete binary tree over triangles in `order` (leaf l = order[l]).
+    node i has children 2i+1, 2i+2; leaves start at n_internal = size - n_leaves."""
+    size = node_box.shape[0]
+    first_leaf = size - n_leaves
+    for l in range(n_leaves):
+        t = order[l]
+        for a in range(6):
+            node_box[first_leaf + l, a] = box[t, a]
+    for i in range(first_leaf - 1, -1, -1):
+        L = 2 * i + 1
+        R = 2 * i + 2
+        for a in range(3):
+            lo = node_box[L, a]
+            hi = node_box[L, 3 + a]
+            if R < size:
+                lo = min(lo, node_box[R, a])
+                hi = max(hi, node_box[R, 3 + a])
+            node_box[i, a] = lo
+            node_box[i, 3 + a] = hi
+
+
+@njit(**_JIT)
+def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
+               tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+               order, node_box, out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+               stats):
+    """Same contract as detect_grid, with a refitted BVH (built once at rest)."""
+    nt = triangles.shape[0]
+    n = pos.shape[1]
+    region_pad = np.empty(region_thick.shape[0], np.float32)
+    for r in range(region_thick.shape[0]):
+        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
+    box = np.empty((nt, 6), np.float32)
+    rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    bvh_refit(order, box, node_box, nt)
+    size = node_box.shape[0]
+    first_leaf = size - nt
+    mark = np.zeros(n, np.int32)
+    stack = np.empty(128, np.int64)
+    count = 0
+    overlaps = 0
+    narrow = 0
+    for A in range(nt):
+        stamped = False
+        rA = tri_region[A]
+        sp = 0
+        stack[0] = 0
+        sp = 1
+        while sp > 0:
+            sp -= 1
+            node = stack[sp]
+            if (box[A, 0] > node_box[node, 3] or node_box[node, 0] > box[A, 3]
+                    or box[A, 1] > node_box[node, 4] or node_box[node, 1] > box[A, 4]
+                    or box[A, 2] > node_box[node, 5] or node_box[node, 2] > box[A, 5]):
+                continue
+            if node >= first_leaf:
+                B = order[node - first_leaf]
+                if B <= A:
+                    continue
+                overlaps += 1
+                rB = tri_region[B]
+                mode = mode_matrix[max(rA, rB), min(rA, rB)]
+                if mode == MODE_OFF:
+                    continue
+                if not stamped:
+                    for q in range(tri_ring_start[A], tri_ring_start[A + 1]):
+                        mark[tri_ring[q]] = A + 1
+                    stamped = True
+                if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
+                        or mark[triangles[B, 2]] == A + 1):
+                    continue
+                narrow += 1
+                count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                     own_mask, region_thick, region_fric, region_cons, region_layer,
+                                     tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                     out_target, out_friction, count)
+            else:
+                L = 2 * node + 1
+                if L + 1 < size:
+                    stack[sp] = L + 1
+                    sp += 1
+                stack[sp] = L
+                sp += 1
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
+
+
+# ---------------------------------------------------------------- solve
+
+
+def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
+                triangles, contact_target, contact_friction, slot_delta, slot_active,
+                vertex_list, vertex_slot_start, vertex_slot):
+    # Pass 1: every contact computes its own vertices' corrections from `pos`
+    # as it is now (nobody writes pos during this pass).
+    nc = contact_kind.shape[0]
+    for k in prange(nc):
+        kind = contact_kind[k]
+        i0 = contact_vertex[k, 0]
+        i1 = contact_vertex[k, 1]
+        i2 = contact_vertex[k, 2]
+        i3 = contact_vertex[k, 3]
+        c0 = 0.0
+        c1 = 0.0
+        c2 = 0.0
+        c3 = 0.0
+        nx = 0.0
+        ny = 0.0
+        nz = 0.0
+        active = True
+        if kind == KIND_POINT_POINT:
+            nx = contact_normal[k, 0]
+            ny = contact_normal[k, 1]
+            nz = contact_normal[k, 2]
+            c0 = 1.0
+            c1 = -1.0
+        elif kind == KIND_VERTEX_TRIANGLE:
+            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(pos, i1, i2, i3)
+            s = contact_normal[k, 0]
+            px = pos[0, i0]
+            py = pos[1, i0]
+            pz = pos[2, i0]
+            u, v, w = _closest_on_triangle(px, py, pz, pos[0, i1], pos[1, i1], pos[2, i1],
+                                           pos[0, i2], pos[1, i2], pos[2, i2], pos[0, i3], pos[1, i3], pos[2, i3])
+            qx = u * pos[0, i1] + v * pos[0, i2] + w * pos[0, i3]
+            qy = u * pos[1, i1] + v * pos[1, i2] + w * pos[1, i3]
+            qz = u * pos[2, i1] + v * pos[2, i2] + w * pos[2, i3]
+            dx = px - qx
+            dy = py - qy
+            dz = pz - qz
+            h = dx * tnx + dy * tny + dz * tnz
+            # Off the triangle's edge by more than the thickness: the
+            # neighbouring triangle's contact (or an edge-edge one) owns it.
+            tx = dx - h * tnx
+            ty = dy - h * tny
+            tz = dz - h * tnz
+            if tx * tx + ty * ty + tz * tz > contact_target[k] * contact_target[k]:
+                active = False
+            nx = s * tnx
+            ny = s * tny
+            nz = s * tnz
+            c0 = 1.0
+            c1 = -u
+            c2 = -v
+            c3 = -w
+        else:
+            f = contact_frame[k]
+            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(
+                pos, triangles[f, 0], triangles[f, 1], triangles[f, 2])
+            a_ = contact_normal[k, 0]
+            b_ = contact_normal[k, 1]
+            n_ = contact_normal[k, 2]
+            nx = a_ * ux + b_ * vx + n_ * tnx
+            ny = a_ * uy + b_ * vy + n_ * tny
+            nz = a_ * uz + b_ * vz + n_ * tnz
+            s, t = _closest_segments(pos[0, i0], pos[1, i0], pos[2, i0], pos[0, i1], pos[1, i1], pos[2, i1],
+                                     pos[0, i2], pos[1, i2], pos[2, i2], pos[0, i3], pos[1, i3], pos[2, i3])
+            c0 = 1.0 - s
+            c1 = s
+            c2 = -(1.0 - t)
+            c3 = -t
+        # Relative position along n of the contact points.
+        gap = c0 * (pos[0, i0] * nx + pos[1, i0] * ny + pos[2, i0] * nz) \
+            + c1 * (pos[0, i1] * nx + pos[1, i1] * ny + pos[2, i1] * nz)
+        if kind != KIND_POINT_POINT:
+            gap += c2 * (pos[0, i2] * nx + pos[1, i2] * ny + pos[2, i2] * nz) \
+                + c3 * (pos[0, i3] * nx + pos[1, i3] * ny + pos[2, i3] * nz)
+        C = gap - contact_target[k]
+        w0 = inv_mass[i0]
+        w1 = inv_mass[i1]
+        w2 = 0.0
+        w3 = 0.0
+        if kind != KIND_POINT_POINT:
+            w2 = inv_mass[i2]
+            w3 = inv_mass[i3]
+        wsum = w0 * c0 * c0 + w1 * c1 * c1 + w2 * c2 * c2 + w3 * c3 * c3
+        if C >= 0.0 or not active or wsum <= 1e-20:
+            slot_active[k] = 0
+            continue
+        slot_active[k] = 1
+        lam = -C / wsum
+        # Friction: relative tangential motion of the contact points over this substep.
+        mu = contact_friction[k]
+        fx = 0.0
+        fy = 0.0
+        fz = 0.0
+        if mu > 0.0:
+            dx = c0 * (pos[0, i0] - prev_pos[0, i0]) + c1 * (pos[0, i1] - prev_pos[0, i1])
+            dy = c0 * (pos[1, i0] - prev_pos[1, i0]) + c1 * (pos[1, i1] - prev_pos[1, i1])
+            dz = c0 * (pos[2, i0] - prev_pos[2, i0]) + c1 * (pos[2, i1] - prev_pos[2, i1])
+            if kind != KIND_POINT_POINT:
+                dx += c2 * (pos[0, i2] - prev_pos[0, i2]) + c3 * (pos[0, i3] - prev_pos[0, i3])
+                dy += c2 * (pos[1, i2] - prev_pos[1, i2]) + c3 * (pos[1, i3] - prev_pos[1, i3])
+                dz += c2 * (pos[2, i2] - prev_pos[2, i2]) + c3 * (pos[2, i3] - prev_pos[2, i3])
+            dn = dx * nx + dy * ny + dz * nz
+            tx = dx - dn * nx
+            ty = dy - dn * ny
+            tz = dz - dn * nz
+            tl = np.sqrt(tx * tx + ty * ty + tz * tz)
+            limit = mu * (-C)
+            if tl > 1e-12:
+                scale = 1.0 if tl <= limit else limit / tl
+                fx = -tx * scale / wsum
+                fy = -ty * scale / wsum
+                fz = -tz * scale / wsum
+        gx = lam * nx + fx
+        gy = lam * ny + fy
+        gz = lam * nz + fz
+        slot_delta[k, 0, 0] = w0 * c0 * gx
+        slot_delta[k, 0, 1] = w0 * c0 * gy
+        slot_delta[k, 0, 2] = w0 * c0 * gz
+        slot_delta[k, 1, 0] = w1 * c1 * gx
+        slot_delta[k, 1, 1] = w1 * c1 * gy
+        slot_delta[k, 1, 2] = w1 * c1 * gz
+        slot_delta[k, 2, 0] = w2 * c2 * gx
+        slot_delta[k, 2, 1] = w2 * c2 * gy
+        slot_delta[k, 2, 2] = w2 * c2 * gz
+        slot_delta[k, 3, 0] = w3 * c3 * gx
+        slot_delta[k, 3, 1] = w3 * c3 * gy
+        slot_delta[k, 3, 2] = w3 * c3 * gz
+    # Pass 2: every vertex averages its active contacts' corrections, in the
+    # fixed order of its slot list.
+    for q in prange(vertex_list.shape[0]):
+        i = vertex_list[q]
+        sx = 0.0
+        sy = 0.0
+        sz = 0.0
+        nact = 0
+        for j in range(vertex_slot_start[q], vertex_slot_start[q + 1]):
+            code = vertex_slot[j]
+            k = code >> 2
+            if slot_active[k] == 0:
+                continue
+            sl = code & 3
+            sx += slot_delta[k, sl, 0]
+            sy += slot_delta[k, sl, 1]
+            sz += slot_delta[k, sl, 2]
+            nact += 1
+        if nact > 0:
+            inv = 1.0 / nact
+            pos[0, i] += sx * inv
+            pos[1, i] += sy * inv
+            pos[2, i] += sz * inv
+
+
+solve_serial = njit(**_JIT)(_solve_impl)
+solve_parallel = njit(parallel=True, **_JIT)(_solve_impl)
+
+
+@njit(**_JIT)
+def build_vertex_slots(contact_vertex, contact_kind, n):
+    """CSR from vertex to the (contact, slot) codes touching it, in contact order."""
+    nc = contact_kind.shape[0]
+    deg = np.zeros(n + 1, np.int64)
+    for k in range(nc):
+        m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
+        for s in range(m):
+            deg[contact_vertex[k, s]] += 1
+    nv = 0
+    for i in range(n):
+        if deg[i] > 0:
+            nv += 1
+    vertex_list = np.empty(nv, np.int32)
+    start = np.empty(nv + 1, np.int64)
+    local = np.full(n, -1, np.int64)
+    q = 0
+    acc = 0
+    for i in range(n):
+        if deg[i] > 0:
+            vertex_list[q] = i
+            start[q] = acc
+            local[i] = q
+            acc += deg[i]
+            q += 1
+    start[nv] = acc
+    fill = start[:-1].copy()
+    slots = np.empty(acc, np.int64)
+    for k in range(nc):
+        m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
+        for s in range(m):
+            qq = local[contact_vertex[k, s]]
+            slots[fill[qq]] = k * 4 + s
+            fill[qq] += 1
+    return vertex_list, start, slots
+
+
+# ---------------------------------------------------------------- topology (once per model)
+
+
+@njit(cache=True)
+def triangle_rings(triangles, adj_start, adj, n):
+    """Per triangle, every vertex equal or adjacent to one of its corners (CSR).
+
+    A triangle whose corners are all outside this set shares no vertex and no
+    edge-neighbour vertex with it: the two are more than two rings apart."""
+    nt = triangles.shape[0]
+    mark = np.full(n, -1, np.int64)
+    start = np.zeros(nt + 1, np.int64)
+    for t in range(nt):
+        cnt = 0
+        for k in range(3):
+            v = triangles[t, k]
+            if mark[v] != t:
+                mark[v] = t
+                cnt += 1
+            for j in range(adj_start[v], adj_start[v + 1]):
+                w = adj[j]
+                if mark[w] != t:
+                    mark[w] = t
+                    cnt += 1
+        start[t + 1] = start[t] + cnt
+    mark[:] = -1
+    ring = np.empty(start[nt], np.int32)
+    for t in range(nt):
+        q = start[t]
+        for k in range(3):
+            v = triangles[t, k]
+            if mark[v] != t:
+                mark[v] = t
+                ring[q] = v
+                q += 1
+            for j in range(adj_start[v], adj_start[v + 1]):
+                w = adj[j]
+                if mark[w] != t:
+                    mark[w] = t
+                    ring[q] = w
+                    q += 1
+    return start, ring
+
+
+@njit(cache=True)
+def ownership(triangles, tri_edges, n_edges, vertex_region, tri_region, n):
+    """Bit k (k < 3): triangle owns corner k; bit 3 + k: owns edge k.
+
+    A vertex belongs to the lowest-numbered triangle around it that is in the
+    vertex's own region (any triangle when none is); an edge to the
+    lowest-numbered triangle around it. Every feature then has exactly one
+    owner, so a feature pair is tested by exactly one triangle pair."""
+    nt = triangles.shape[0]
+    vowner = np.full(n, -1, np.int64)
+    vowner_any = np.full(n, -1, np.int64)
+    eowner = np.full(n_edges, -1, np.int64)
+    for t in range(nt):
+        for k in range(3):
+            v = triangles[t, k]
+            if vowner_any[v] < 0:
+                vowner_any[v] = t
+            if vowner[v] < 0 and tri_region[t] == vertex_region[v]:
+                vowner[v] = t
+            e = tri_edges[t, k]
+            if eowner[e] < 0:
+                eowner[e] = t
+    mask = np.zeros(nt, np.uint8)
+    for t in range(nt):
+        m = 0
+        for k in range(3):
+            v = triangles[t, k]
+            o = vowner[v] if vowner[v] >= 0 else vowner_any[v]
+            # A corner repeated in a degenerate triangle is owned once.
+            if o == t and not (k >= 1 and triangles[t, 0] == v) and not (k == 2 and triangles[t, 1] == v):
+                m |= 1 << k
+            if eowner[tri_edges[t, k]] == t:
+                m |= 1 << (3 + k)
+        mask[t] = m
+    return mask
+
+
+# ---------------------------------------------------------------- patch broad phase (default)
+#
+# Triangles are grouped once into small connected patches (breadth-first over
+# shared edges). Every step each patch gets a fat swept box, a normal cone and
+# its smallest triangle altitude. Patch pairs are found by sweep and prune on
+# x. A patch with itself, or two patches sharing a vertex, whose union is flat
+# (all normals within a cone) is a height field over the cone's axis: its
+# triangles more than two rings apart are at least one triangle altitude apart,
+# so when that altitude (tilted) exceeds the contact distance plus the
+# patches' relative motion the whole pair is skipped. That removes the
+# neighbour pairs that otherwise dominate the cost on smooth cloth; folds,
+# separate layers and separate objects are never skipped.
+
+
+@njit(cache=True)
+def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
+    nt = triangles.shape[0]
+    # edge -> triangles CSR
+    deg = np.zeros(n_edges + 1, np.int64)
+    for t in range(nt):
+        for k in range(3):
+            deg[tri_edges[t, k] + 1] += 1
+    for e in range(n_edges):
+        deg[e + 1] += deg[e]
+    fill = deg[:-1].copy()
+    etri = np.empty(deg[n_edges], np.int64)
+    for t in range(nt):
+        for k in range(3):
+            e = tri_edges[t, k]
+            etri[fill[e]] = t
+            fill[e] += 1
+    patch_of = np.full(nt, -1, np.int64)
+    ptris = np.empty(nt, np.int32)
+    pstart = np.zeros(nt + 1, np.int64)
+    queue = np.empty(nt, np.int64)
+    np_ = 0
+    q = 0
+    for s in range(nt):
+        seed = seed_order[s]
+        if patch_of[seed] >= 0:
+            continue
+        head = 0
+        tail = 0
+        queue[tail] = seed
+        tail += 1
+        patch_of[seed] = np_
+        size = 0
+        while head < tail and size < patch_size:
+            t = queue[head]
+            head += 1
+            ptris[q] = t
+            q += 1
+            size += 1
+            for k in range(3):
+                e = tri_edges[t, k]
+                for j in range(deg[e], deg[e + 1]):
+                    u = etri[j]
+                    if patch_of[u] < 0 and tail - head + size < patch_size:
+                        patch_of[u] = np_
+                        queue[tail] = u
+                        tail += 1
+        # Queued but not taken (cannot happen with the bound above, kept safe).
+        for j in range(head, tail):
+            patch_of[queue[j]] = -1
+        np_ += 1
+        pstart[np_] = q
+    # patch neighbours: patches sharing a vertex (CSR, sorted, self excluded)
+    vdeg = np.zeros(n + 1, np.int64)
+    for t in range(nt):
+        for k in range(3):
+            vdeg[triangles[t, k] + 1] += 1
+    for v in range(n):
+        vdeg[v + 1] += vdeg[v]
+    vfill = vdeg[:-1].copy()
+    vtri = np.empty(vdeg[n], np.int64)
+    for t in range(nt):
+        for k in range(3):
+            v = triangles[t, k]
+            vtri[vfill[v]] = t
+            vfill[v] += 1
+    mark = np.full(np_, -1, np.int64)
+    nstart = np.zeros(np_ + 1, np.int64)
+    tmp = np.empty(0, np.int64)
+    lists = []
+    for p in range(np_):
+        found = []
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            for k in range(3):
+                v = triangles[t, k]
+                for i in range(vdeg[v], vdeg[v + 1]):
+                    o = patch_of[vtri[i]]
+                    if o != p and mark[o] != p:
+                        mark[o] = p
+                        found.append(o)
+        arr = np.array(found, dtype=np.int64) if len(found) else tmp
+        arr = np.sort(arr)
+        lists.append(arr)
+        nstart[p + 1] = nstart[p] + arr.shape[0]
+    nbr = np.empty(nstart[np_], np.int32)
+    for p in range(np_):
+        nbr[nstart[p]:nstart[p + 1]] = lists[p]
+    return pstart[:np_ + 1].copy(), ptris, nstart, nbr
+
+
+@njit(**_JIT)
+def _patches_adjacent(p, q, nstart, nbr):
+    for j in range(nstart[p], nstart[p + 1]):
+        if nbr[j] == q:
+            return True
+    return False
+
+
+@njit(**_JIT)
+def detect_patches(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
+                   tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+                   pstart, ptris, nstart, nbr, flat_cos,
+                   out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
+    """Same contract as detect_grid, with the patch broad phase."""
+    nt = triangles.shape[0]
+    n = pos.shape[1]
+    npatch = pstart.shape[0] - 1
+    nreg = region_thick.shape[0]
+    max_reach = 0.0
+    max_cons = 0.0
+    for r in range(nreg):
+        max_reach = max(max_reach, region_thick[r] * (1.0 + margin))
+        max_cons = max(max_cons, region_cons[r])
+    # relative displacement
+    mx = 0.0
+    my = 0.0
+    mz = 0.0
+    for i in range(n):
+        mx += disp[0, i]
+        my += disp[1, i]
+        mz += disp[2, i]
+    if n > 0:
+        mx /= n
+        my /= n
+        mz /= n
+    rel = np.empty((3, n), np.float32)
+    for i in range(n):
+        rel[0, i] = disp[0, i] - mx
+        rel[1, i] = disp[1, i] - my
+        rel[2, i] = disp[2, i] - mz
+    box = np.empty((nt, 6), np.float32)
+    pbox = np.empty((npatch, 6), np.float32)
+    pcone = np.empty((npatch, 4), np.float32)   # axis, cos of half angle
+    palt = np.empty(npatch, np.float32)
+    pmot = np.empty((npatch, 4), np.float32)    # mean rel, max deviation
+    tn = np.empty((nt, 3), np.float32)
+    for p in range(npatch):
+        plo0 = plo1 = plo2 = np.inf
+        phi0 = phi1 = phi2 = -np.inf
+        ax = 0.0
+        ay = 0.0
+        az = 0.0
+        amin = np.inf
+        rmx = 0.0
+        rmy = 0.0
+        rmz = 0.0
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            r = tri_region[t]
+            pad = 0.5 * region_thick[r] * (1.0 + margin)
+            cons = region_cons[r]
+            i0 = triangles[t, 0]
+            i1 = triangles[t, 1]
+            i2 = triangles[t, 2]
+            lo0 = lo1 = lo2 = np.inf
+            hi0 = hi1 = hi2 = -np.inf
+            for k in range(3):
+                v = triangles[t, k]
+                x0 = pos[0, v]
+                x1 = pos[1, v]
+                x2 = pos[2, v]
+                e0 = x0 + cons * rel[0, v]
+                e1 = x1 + cons * rel[1, v]
+                e2 = x2 + cons * rel[2, v]
+                lo0 = min(lo0, x0, e0)
+                lo1 = min(lo1, x1, e1)
+                lo2 = min(lo2, x2, e2)
+                hi0 = max(hi0, x0, e0)
+                hi1 = max(hi1, x1, e1)
+                hi2 = max(hi2, x2, e2)
+                rmx += rel[0, v]
+                rmy += rel[1, v]
+                rmz += rel[2, v]
+            box[t, 0] = lo0 - pad
+            box[t, 1] = lo1 - pad
+            box[t, 2] = lo2 - pad
+            box[t, 3] = hi0 + pad
+            box[t, 4] = hi1 + pad
+            box[t, 5] = hi2 + pad
+            plo0 = min(plo0, lo0 - pad)
+            plo1 = min(plo1, lo1 - pad)
+            plo2 = min(plo2, lo2 - pad)
+            phi0 = max(phi0, hi0 + pad)
+            phi1 = max(phi1, hi1 + pad)
+            phi2 = max(phi2, hi2 + pad)
+            ux = pos[0, i1] - pos[0, i0]
+            uy = pos[1, i1] - pos[1, i0]
+            uz = pos[2, i1] - pos[2, i0]
+            wx = pos[0, i2] - pos[0, i0]
+            wy = pos[1, i2] - pos[1, i0]
+            wz = pos[2, i2] - pos[2, i0]
+            gx = pos[0, i2] - pos[0, i1]
+            gy = pos[1, i2] - pos[1, i1]
+            gz = pos[2, i2] - pos[2, i1]
+            nx = uy * wz - uz * wy
+            ny = uz * wx - ux * wz
+            nz = ux * wy - uy * wx
+            ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+            emax = max(ux * ux + uy * uy + uz * uz, wx * wx + wy * wy + wz * wz, gx * gx + gy * gy + gz * gz)
+            if ln > 1e-30:
+                nx /= ln
+                ny /= ln
+                nz /= ln
+                amin = min(amin, ln / np.sqrt(emax))
+            else:
+                amin = 0.0
+            tn[t, 0] = nx
+            tn[t, 1] = ny
+            tn[t, 2] = nz
+            ax += nx
+            ay += ny
+            az += nz
+        la = np.sqrt(ax * ax + ay * ay + az * az)
+        cmin = -1.0
+        if la > 1e-30:
+            ax /= la
+            ay /= la
+            az /= la
+            cmin = 1.0
+            for j in range(pstart[p], pstart[p + 1]):
+                t = ptris[j]
+                cmin = min(cmin, ax * tn[t, 0] + ay * tn[t, 1] + az * tn[t, 2])
+        cnt = 3 * (pstart[p + 1] - pstart[p])
+        rmx /= max(cnt, 1)
+        rmy /= max(cnt, 1)
+        rmz /= max(cnt, 1)
+        dev = 0.0
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            for k in range(3):
+                v = triangles[t, k]
+                dx = rel[0, v] - rmx
+                dy = rel[1, v] - rmy
+                dz = rel[2, v] - rmz
+                dev = max(dev, dx * dx + dy * dy + dz * dz)
+        pbox[p, 0] = plo0
+        pbox[p, 1] = plo1
+        pbox[p, 2] = plo2
+        pbox[p, 3] = phi0
+        pbox[p, 4] = phi1
+        pbox[p, 5] = phi2
+        pcone[p, 0] = ax
+        pcone[p, 1] = ay
+        pcone[p, 2] = az
+        pcone[p, 3] = cmin
+        palt[p] = amin
+        pmot[p, 0] = rmx
+        pmot[p, 1] = rmy
+        pmot[p, 2] = rmz
+        pmot[p, 3] = np.sqrt(dev)
+    order = np.argsort(pbox[:, 0])
+    mark = np.zeros(n, np.int32)
+    stamped = -1
+    count = 0
+    overlaps = 0
+    narrow = 0
+    for ii in range(npatch):
+        p = order[ii]
+        for jj in range(ii, npatch):
+            q = order[jj]
+            if jj > ii:
+                if pbox[q, 0] > pbox[p, 3]:
+                    break
+                if (pbox[q, 1] > pbox[p, 4] or pbox[p, 1] > pbox[q, 4] or pbox[q, 2] > pbox[p, 5]
+                        or pbox[p, 2] > pbox[q, 5]):
+                    continue
+            if p == q or _patches_adjacent(p, q, nstart, nbr):
+                # Flat union: one cone around the mean of the two axes.
+                bx = pcone[p, 0] + pcone[q, 0]
+                by = pcone[p, 1] + pcone[q, 1]
+                bz = pcone[p, 2] + pcone[q, 2]
+                lb = np.sqrt(bx * bx + by * by + bz * bz)
+                if lb > 1e-20 and pcone[p, 3] > 0.0 and pcone[q, 3] > 0.0:
+                    bx /= lb
+                    by /= lb
+                    bz /= lb
+                    cp = min(bx * pcone[p, 0] + by * pcone[p, 1] + bz * pcone[p, 2], 1.0)
+                    cq = min(bx * pcone[q, 0] + by * pcone[q, 1] + bz * pcone[q, 2], 1.0)
+                    # cos(a + b) = cos a cos b - sin a sin b, per side
+                    cpp = pcone[p, 3]
+                    cqq = pcone[q, 3]
+                    c1 = cp * cpp - np.sqrt(max(0.0, 1.0 - cp * cp)) * np.sqrt(max(0.0, 1.0 - cpp * cpp))
+                    c2 = cq * cqq - np.sqrt(max(0.0, 1.0 - cq * cq)) * np.sqrt(max(0.0, 1.0 - cqq * cqq))
+                    cu = min(c1, c2)
+                    if cu >= flat_cos:
+                        dmx = pmot[p, 0] - pmot[q, 0]
+                        dmy = pmot[p, 1] - pmot[q, 1]
+                        dmz = pmot[p, 2] - pmot[q, 2]
+                        motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
+                        if min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
+                            continue
+            for ja in range(pstart[p], pstart[p + 1]):
+                a = ptris[ja]
+                jb0 = ja + 1 if p == q else pstart[q]
+                for jb in range(jb0, pstart[q + 1]):
+                    b = ptris[jb]
+                    if (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
+                            or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5]):
+                        continue
+                    overlaps += 1
+                    A = min(a, b)
+                    B = max(a, b)
+                    rA = tri_region[A]
+                    rB = tri_region[B]
+                    mode = mode_matrix[max(rA, rB), min(rA, rB)]
+                    if mode == MODE_OFF:
+                        continue
+                    if stamped != a:
+                        for s in range(tri_ring_start[a], tri_ring_start[a + 1]):
+                            mark[tri_ring[s]] = a + 1
+                        stamped = a
+                    if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
+                            or mark[triangles[b, 2]] == a + 1):
+                        continue
+                    narrow += 1
+                    count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                         own_mask, region_thick, region_fric, region_cons, region_layer,
+                                         tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                         out_target, out_friction, count)
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
