@@ -1,0 +1,641 @@
+"""`make demo`: Drape end to end on a real character, headless, in a few minutes.
+
+Builds a scene from real parts with bpy, the way an artist's script would:
+
+- Rigify's human metarig (bundled with Blender), walking procedurally with arm
+  swings and a 90-degree turn, with a simple body mesh skinned to its bones;
+- capsule colliders made from its bones by ``drape.capsules_from_armature``;
+- a cape pinned at the collar, following the chest through an Armature
+  modifier, simulated on a coarse proxy and skinned onto the dense render mesh;
+- a skirt with self collision;
+- a flag on a pole in a Wind force field;
+- a tablecloth dropped onto a table (a row of capsules under a box) and the
+  ground (a plane collider);
+
+then bakes every cloth with ``drape.bake``, saves ``out/demo.blend``, renders a
+short frame sequence with Workbench to ``out/frames/`` and a contact sheet of
+it to ``out/demo.png``, and prints a table of what was simulated and what it cost.
+
+    .venv/bin/python tools/demo.py [--frames 72] [--out out] [--no-render]
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FPS = 24
+
+# Bones that carry the body mesh and the colliders, with a body radius (m) at head and tail.
+BODY_BONES = {
+    "spine": (0.15, 0.14), "spine.001": (0.14, 0.13), "spine.002": (0.13, 0.14),
+    "spine.003": (0.14, 0.12), "spine.004": (0.06, 0.05), "spine.005": (0.05, 0.05),
+    "spine.006": (0.09, 0.09),
+    "upper_arm.L": (0.055, 0.045), "forearm.L": (0.045, 0.035), "hand.L": (0.035, 0.03),
+    "upper_arm.R": (0.055, 0.045), "forearm.R": (0.045, 0.035), "hand.R": (0.035, 0.03),
+    "thigh.L": (0.085, 0.06), "shin.L": (0.055, 0.045), "foot.L": (0.045, 0.035),
+    "thigh.R": (0.085, 0.06), "shin.R": (0.055, 0.045), "foot.R": (0.045, 0.035),
+}
+
+
+def log(msg):
+    print(f"demo: {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def grid_mesh(name, cols, rows, corner, u_axis, v_axis):
+    """A (cols x rows)-quad grid: vertex (i, j) at corner + u_axis*i/cols + v_axis*j/rows.
+    Row j = 0 is the first row (the pinned edge for cloth)."""
+    import bpy
+    corner = np.asarray(corner, float)
+    u_axis = np.asarray(u_axis, float)
+    v_axis = np.asarray(v_axis, float)
+    jj, ii = np.meshgrid(np.arange(rows + 1), np.arange(cols + 1), indexing="ij")
+    co = corner + ii.ravel()[:, None] / cols * u_axis + jj.ravel()[:, None] / rows * v_axis
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    v0 = (r * (cols + 1) + c).ravel()
+    quads = np.stack([v0, v0 + 1, v0 + cols + 2, v0 + cols + 1], axis=1)
+    return mesh_from_arrays(name, co, quads), (rows + 1, cols + 1)
+
+
+def mesh_from_arrays(name, co, quads):
+    import bpy
+    me = bpy.data.meshes.new(name)
+    me.vertices.add(len(co))
+    me.vertices.foreach_set("co", np.asarray(co, np.float32).ravel())
+    nq = len(quads)
+    me.loops.add(nq * 4)
+    me.loops.foreach_set("vertex_index", np.asarray(quads, np.int32).ravel())
+    me.polygons.add(nq)
+    me.polygons.foreach_set("loop_start", np.arange(0, nq * 4, 4, dtype=np.int32))
+    me.update(calc_edges=True)
+    me.validate()
+    return me
+
+
+def new_object(name, data, collection=None):
+    import bpy
+    obj = bpy.data.objects.new(name, data)
+    (collection or bpy.context.scene.collection).objects.link(obj)
+    return obj
+
+
+def material(name, rgb):
+    import bpy
+    mat = bpy.data.materials.new(name)
+    mat.diffuse_color = (*rgb, 1.0)
+    return mat
+
+
+def set_group(obj, name, indices, weight=1.0):
+    g = obj.vertex_groups.get(name) or obj.vertex_groups.new(name=name)
+    g.add([int(i) for i in indices], weight, "REPLACE")
+    return g
+
+
+def bind_to_bone(obj, armature, bone):
+    """Armature modifier + one vertex group at weight 1: the mesh follows `bone`."""
+    set_group(obj, bone, range(len(obj.data.vertices)))
+    mod = obj.modifiers.new("Armature", "ARMATURE")
+    mod.object = armature
+    return mod
+
+
+# --------------------------------------------------------------------------- the character
+
+def add_metarig():
+    import addon_utils
+    import bpy
+    addon_utils.enable("rigify", default_set=True)
+    bpy.ops.object.armature_human_metarig_add()
+    rig = bpy.context.object
+    rig.name = "Character"
+    bpy.ops.object.mode_set(mode="OBJECT")
+    return rig
+
+
+def _basis_quaternion(rig, bone_name, rotation):
+    """Pose-basis quaternion of `bone_name` for a rotation given in the armature's
+    rest axes (3x3), relative to its parent's posed frame."""
+    from mathutils import Matrix
+    rest = rig.data.bones[bone_name].matrix_local.to_3x3()
+    return (rest.inverted() @ Matrix(rotation) @ rest).to_quaternion()
+
+
+def _rot(axis, degrees):
+    a = math.radians(degrees)
+    c, s = math.cos(a), math.sin(a)
+    if axis == "X":
+        return np.array([[1, 0, 0], [0, c, -s], [0, s, c]])
+    if axis == "Y":
+        return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+    return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
+
+
+def walk_path(frames, speed=1.3, turn_start=30, turn_frames=24):
+    """Root position and heading per frame: walk towards -Y, then turn 90 degrees
+    left (towards +X) along an arc."""
+    pos = np.zeros((frames + 2, 3))
+    heading = np.zeros(frames + 2)
+    p = np.array([0.0, 1.6, 0.0])
+    h = 0.0
+    for f in range(1, frames + 2):
+        pos[f] = p
+        heading[f] = h
+        if turn_start <= f < turn_start + turn_frames:
+            h += math.radians(90.0) / turn_frames
+        d = np.array([math.sin(h), -math.cos(h), 0.0])   # facing -Y at h = 0, turning to +X
+        p = p + d * speed / FPS
+    return pos, heading
+
+
+def animate_walk(rig, frames, cycle_frames=26):
+    """Keyframe a walk: legs and arms swing in opposition, knees and elbows bend,
+    the chest counter-rotates, the root follows walk_path with a small bob."""
+    pos, heading = walk_path(frames)
+    for pb in rig.pose.bones:
+        pb.rotation_mode = "QUATERNION"
+    arm_down = {"L": _rot("Y", 58.0), "R": _rot("Y", -58.0)}
+    for f in range(1, frames + 2):
+        ph = 2.0 * math.pi * (f - 1) / cycle_frames
+        s = math.sin(ph)
+        pose = {
+            "thigh.L": _rot("X", -28.0 * s),
+            "thigh.R": _rot("X", 28.0 * s),
+            "shin.L": _rot("X", 8.0 + 38.0 * max(0.0, math.sin(ph - 1.3))),
+            "shin.R": _rot("X", 8.0 + 38.0 * max(0.0, -math.sin(ph - 1.3))),
+            "foot.L": _rot("X", -10.0 * s),
+            "foot.R": _rot("X", 10.0 * s),
+            "upper_arm.L": _rot("X", 24.0 * s) @ arm_down["L"],
+            "upper_arm.R": _rot("X", -24.0 * s) @ arm_down["R"],
+            "forearm.L": _rot("X", -12.0 - 14.0 * max(0.0, -s)),
+            "forearm.R": _rot("X", -12.0 - 14.0 * max(0.0, s)),
+            "spine.002": _rot("Z", -5.0 * s),
+            "spine.003": _rot("Z", -4.0 * s),
+        }
+        for name, rot in pose.items():
+            pb = rig.pose.bones[name]
+            pb.rotation_quaternion = _basis_quaternion(rig, name, rot)
+            pb.keyframe_insert("rotation_quaternion", frame=f)
+        bob = 0.025 * abs(math.cos(ph))
+        rig.location = (pos[f][0], pos[f][1], pos[f][2] - bob)
+        rig.rotation_euler = (0.0, 0.0, heading[f])
+        rig.keyframe_insert("location", frame=f)
+        rig.keyframe_insert("rotation_euler", frame=f)
+
+
+def add_body(rig):
+    """A mannequin: one capsule-shaped tube per body bone, skinned to that bone
+    (vertex group = bone name, Armature modifier), so the render shows the body
+    and drape.capsules_from_armature can measure the radii from it."""
+    import bmesh
+    import bpy
+    from mathutils import Matrix, Vector
+    bm = bmesh.new()
+    deform = bm.verts.layers.deform.verify()
+    names = list(BODY_BONES)
+    for gi, name in enumerate(names):
+        bone = rig.data.bones[name]
+        r0, r1 = BODY_BONES[name]
+        head, tail = bone.head_local, bone.tail_local
+        axis = tail - head
+        length = axis.length
+        ret = bmesh.ops.create_cone(bm, cap_ends=True, cap_tris=False, segments=12,
+                                    radius1=r0, radius2=r1, depth=length)
+        # create_cone builds along Z centred at the origin: align Z with the bone.
+        rot = Vector((0, 0, 1)).rotation_difference(axis.normalized()).to_matrix().to_4x4()
+        m = Matrix.Translation((head + tail) / 2) @ rot
+        bmesh.ops.transform(bm, matrix=m, verts=ret["verts"])
+        for v in ret["verts"]:
+            v[deform][gi] = 1.0
+        # Rounded joints: a sphere at the head.
+        sph = bmesh.ops.create_uvsphere(bm, u_segments=12, v_segments=8, radius=r0)
+        bmesh.ops.translate(bm, vec=head, verts=sph["verts"])
+        for v in sph["verts"]:
+            v[deform][gi] = 1.0
+    head_sphere = bmesh.ops.create_uvsphere(bm, u_segments=16, v_segments=10, radius=0.11)
+    hb = rig.data.bones["spine.006"]
+    bmesh.ops.translate(bm, vec=(hb.head_local + hb.tail_local) / 2, verts=head_sphere["verts"])
+    gi_head = names.index("spine.006")
+    for v in head_sphere["verts"]:
+        v[deform][gi_head] = 1.0
+    me = bpy.data.meshes.new("Body")
+    bm.to_mesh(me)
+    bm.free()
+    body = new_object("Body", me)
+    for name in names:
+        body.vertex_groups.new(name=name)
+    body.parent = rig
+    mod = body.modifiers.new("Armature", "ARMATURE")
+    mod.object = rig
+    body.data.materials.append(material("Skin", (0.8, 0.62, 0.5)))
+    for p in body.data.polygons:
+        p.use_smooth = True
+    return body
+
+
+# --------------------------------------------------------------------------- garments and props
+
+def add_cape(rig, dense=(56, 72), coarse=(14, 18)):
+    """A cape hanging behind the back from the collar. Returns (render mesh, proxy).
+    Both follow the chest bone through an Armature modifier; the top row is the
+    pin group 'collar'."""
+    bone = rig.data.bones["spine.003"]
+    top_z = bone.tail_local.z - 0.06
+    back_y = bone.tail_local.y + 0.16
+    width, length = 0.62, 1.0
+    corner = (-width / 2, back_y, top_z)
+    u = (width, 0.0, 0.0)
+    v = (0.0, 0.0, -length)
+    out = []
+    for name, (cols, rows) in (("Cape", dense), ("CapeProxy", coarse)):
+        me, (nrows, ncols) = grid_mesh(name, cols, rows, corner, u, v)
+        obj = new_object(name, me)
+        set_group(obj, "collar", range(ncols))
+        bind_to_bone(obj, rig, "spine.003")
+        obj.parent = rig
+        out.append(obj)
+    cape, proxy = out
+    cape.data.materials.append(material("Cape", (0.55, 0.08, 0.1)))
+    for p in cape.data.polygons:
+        p.use_smooth = True
+    proxy.hide_render = True
+    proxy.display_type = "WIRE"
+    return cape, proxy
+
+
+def add_skirt(rig, around=64, down=22):
+    """A flared skirt: a cone from the waist (pinned ring 'waist') to below the
+    knees, following the hips through an Armature modifier."""
+    hips = rig.data.bones["spine"]
+    z_top = hips.head_local.z + 0.02
+    z_bot = z_top - 0.55
+    r_top, r_bot = 0.19, 0.36
+    yc = hips.head_local.y - 0.02
+    co = []
+    for j in range(down + 1):
+        t = j / down
+        z = z_top + (z_bot - z_top) * t
+        r = r_top + (r_bot - r_top) * t
+        for i in range(around):
+            a = 2 * math.pi * i / around
+            co.append((r * math.cos(a), yc + r * math.sin(a), z))
+    quads = []
+    for j in range(down):
+        for i in range(around):
+            a0, a1 = j * around + i, j * around + (i + 1) % around
+            quads.append((a0, a1, a1 + around, a0 + around))
+    obj = new_object("Skirt", mesh_from_arrays("Skirt", np.array(co), np.array(quads)))
+    set_group(obj, "waist", range(around))
+    bind_to_bone(obj, rig, "spine")
+    obj.parent = rig
+    obj.data.materials.append(material("Skirt", (0.15, 0.3, 0.55)))
+    for p in obj.data.polygons:
+        p.use_smooth = True
+    return obj
+
+
+def add_flag(location=(2.6, -1.0, 0.0)):
+    """A pole (a capsule collider too) with a flag pinned along it and a Wind field."""
+    import bpy
+    x, y, z = location
+    pole_h = 2.6
+    bpy.ops.mesh.primitive_cylinder_add(radius=0.03, depth=pole_h, location=(x, y, z + pole_h / 2))
+    pole = bpy.context.object
+    pole.name = "FlagPole"
+    pole.data.materials.append(material("Pole", (0.4, 0.4, 0.42)))
+    w, h = 1.3, 0.85
+    me, (nrows, ncols) = grid_mesh("Flag", 44, 28, (x + 0.035, y, z + pole_h - 0.05),
+                                   (0.0, 0.0, -h), (w, 0.0, 0.0))
+    flag = new_object("Flag", me)
+    # Rows run away from the pole: row 0 is the hoist, pinned to the pole.
+    set_group(flag, "hoist", range(ncols))
+    flag.data.materials.append(material("Flag", (0.95, 0.75, 0.1)))
+    bpy.ops.object.effector_add(type="WIND", location=(x - 1.5, y - 0.3, z + pole_h - 0.45))
+    wind = bpy.context.object
+    wind.name = "Wind"
+    wind.rotation_euler = (0.0, math.radians(90.0), math.radians(8.0))   # blows along +X
+    # Drape reads a Wind field's strength as the air speed in m/s; only the +Z side
+    # of the field (towards the flag) blows.
+    wind.field.strength = 7.0
+    wind.field.noise = 0.5
+    wind.field.z_direction = "POSITIVE"
+    wind.field.use_max_distance = True
+    wind.field.distance_max = 4.0
+    wind.field.falloff_power = 1.0
+    return flag, pole, wind
+
+
+def add_table(location=(-2.6, -0.6, 0.0), size=(1.2, 0.8), height=0.75):
+    """A table (box top, four legs) and a cloth dropped over it. The Drape collider
+    for the top is a row of overlapping capsules (Drape collides with capsules and
+    planes); they are hidden from renders."""
+    import bpy
+    x, y, z = location
+    sx, sy = size
+    bpy.ops.mesh.primitive_cube_add(size=1.0, location=(x, y, z + height - 0.025))
+    top = bpy.context.object
+    top.name = "TableTop"
+    top.scale = (sx, sy, 0.05)
+    wood = material("Wood", (0.45, 0.28, 0.15))
+    top.data.materials.append(wood)
+    for i, (dx, dy) in enumerate(((1, 1), (1, -1), (-1, 1), (-1, -1))):
+        bpy.ops.mesh.primitive_cube_add(size=1.0, location=(x + dx * (sx / 2 - 0.06), y + dy * (sy / 2 - 0.06),
+                                                            z + (height - 0.05) / 2))
+        leg = bpy.context.object
+        leg.name = f"TableLeg{i}"
+        leg.scale = (0.05, 0.05, height - 0.05)
+        leg.data.materials.append(wood)
+    slats = []
+    radius, spacing = 0.05, 0.035
+    n = int(math.ceil(sy / spacing)) + 1
+    # The capsules' envelope dips by r - sqrt(r^2 - (spacing/2)^2) (3 mm) between
+    # slats: lift them so the dips stay above the visible top.
+    lift = radius - math.sqrt(radius ** 2 - (spacing / 2) ** 2) + 0.002
+    for k in range(n):
+        yy = y - sy / 2 + sy * k / (n - 1)
+        empty = bpy.data.objects.new(f"TableSlat{k:02d}", None)
+        bpy.context.scene.collection.objects.link(empty)
+        # A capsule runs along local +Y with length = Y scale: point it along world X.
+        empty.location = (x - sx / 2 + radius, yy, z + height - radius + lift)
+        empty.rotation_euler = (0.0, 0.0, math.radians(-90.0))
+        empty.scale = (1.0, sx - 2 * radius, 1.0)
+        empty.hide_render = True
+        slats.append(empty)
+    side = 2.3
+    me, _ = grid_mesh("Tablecloth", 64, 64, (x - side / 2, y - side / 2 + 0.25, z + height + 0.18),
+                      (side, 0.0, 0.0), (0.0, side, 0.0))
+    cloth = new_object("Tablecloth", me)
+    cloth.data.materials.append(material("Tablecloth", (0.92, 0.92, 0.88)))
+    return cloth, slats
+
+
+def add_ground(size=14.0):
+    import bpy
+    bpy.ops.mesh.primitive_plane_add(size=size, location=(0.0, 0.0, 0.0))
+    ground = bpy.context.object
+    ground.name = "Ground"
+    ground.data.materials.append(material("Ground", (0.35, 0.36, 0.33)))
+    return ground
+
+
+# --------------------------------------------------------------------------- rendering
+
+def setup_render(scene, res=(480, 300)):
+    import bpy
+    scene.render.engine = "BLENDER_WORKBENCH"
+    scene.render.resolution_x, scene.render.resolution_y = res
+    scene.render.resolution_percentage = 100
+    scene.render.image_settings.file_format = "PNG"
+    shading = scene.display.shading
+    shading.light = "STUDIO"
+    shading.color_type = "MATERIAL"
+    shading.show_shadows = True
+    shading.show_cavity = False
+    scene.display.shadow_focus = 0.2
+    cam_data = bpy.data.cameras.new("Camera")
+    cam_data.lens = 30.0
+    cam = new_object("Camera", cam_data)
+    cam.location = (-1.2, -7.0, 2.9)
+    target = np.array([0.0, 0.2, 0.75])
+    d = target - np.array(cam.location)
+    from mathutils import Vector
+    cam.rotation_euler = Vector(d).to_track_quat("-Z", "Y").to_euler()
+    scene.camera = cam
+    scene.world = bpy.data.worlds.new("World")
+    return cam
+
+
+def render_frames(scene, frames, folder):
+    import bpy
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for f in frames:
+        scene.frame_set(f)
+        path = os.path.join(folder, f"frame_{f:04d}.png")
+        scene.render.filepath = path
+        bpy.ops.render.render(write_still=True)
+        paths.append(path)
+    return paths
+
+
+def contact_sheet(paths, out_path, columns=4, labels=None):
+    """Tile rendered frames into one PNG (bpy's image API, no extra packages)."""
+    import bpy
+    tiles = []
+    for p in paths:
+        img = bpy.data.images.load(p)
+        w, h = img.size
+        px = np.empty(w * h * 4, dtype=np.float32)
+        img.pixels.foreach_get(px)
+        tiles.append(px.reshape(h, w, 4))
+        bpy.data.images.remove(img)
+    h, w = tiles[0].shape[:2]
+    rows = (len(tiles) + columns - 1) // columns
+    pad = 4
+    sheet = np.ones((rows * (h + pad) + pad, columns * (w + pad) + pad, 4), dtype=np.float32)
+    for k, t in enumerate(tiles):
+        r, c = divmod(k, columns)
+        # Blender images are stored bottom row first: put the first frame at the top left.
+        r = rows - 1 - r
+        y0 = pad + r * (h + pad)
+        x0 = pad + c * (w + pad)
+        sheet[y0:y0 + h, x0:x0 + w] = t
+    img = bpy.data.images.new("contact_sheet", sheet.shape[1], sheet.shape[0], alpha=True)
+    img.pixels.foreach_set(sheet.ravel())
+    img.filepath_raw = out_path
+    img.file_format = "PNG"
+    img.save()
+    bpy.data.images.remove(img)
+    return out_path
+
+
+# --------------------------------------------------------------------------- Drape set-up
+
+def _select_only(objs, active=None):
+    import bpy
+    for o in bpy.context.view_layer.objects:
+        o.select_set(False)
+    for o in objs:
+        o.select_set(True)
+    bpy.context.view_layer.objects.active = active or (objs[0] if objs else None)
+
+
+def _run_op(op, **kw):
+    result = op(**kw)
+    if "FINISHED" not in result:
+        raise RuntimeError(f"{op.idname_py()} did not finish: {result}")
+    return result
+
+
+def make_capsules(rig):
+    """drape.capsules_from_armature on the body bones. Only the bones that carry
+    the body mesh deform (the metarig's face and finger bones have no mesh), so
+    they are the ones that get capsules."""
+    import bpy
+    for bone in rig.data.bones:
+        bone.use_deform = bone.name in BODY_BONES
+    _select_only([rig])
+    _run_op(bpy.ops.drape.capsules_from_armature)
+    return [o for o in bpy.context.scene.objects
+            if o.drape_collider.kind == "CAPSULE" and o.name not in ("FlagPole",)
+            and not o.name.startswith("TableSlat")]
+
+
+def make_cloth(obj, pin_group="", **settings):
+    import bpy
+    _select_only([obj])
+    _run_op(bpy.ops.drape.cloth_add, pin_group=pin_group)
+    for k, v in settings.items():
+        setattr(obj.drape, k, v)
+
+
+class StepMeter:
+    """Reads each cloth's runtime cost after every frame (a frame_change_post
+    handler that runs after Drape's own)."""
+
+    def __init__(self, objects):
+        self.names = [o.name for o in objects]
+        self.step_ms = {n: [] for n in self.names}
+        self.frame_ms = {n: [] for n in self.names}
+        self.parts_ms = {n: [] for n in self.names}
+
+    def __call__(self, scene, depsgraph=None):
+        import bpy
+        from drape.scene import runtime
+        for n in self.names:
+            obj = bpy.data.objects.get(n)
+            entry = runtime.get(obj) if obj is not None else None
+            if entry is None or entry.last_frame != scene.frame_current or entry.last_frame == entry.first_frame:
+                continue
+            self.step_ms[n].append(entry.last_step_ms)
+            self.frame_ms[n].append(entry.last_step_ms + entry.last_read_ms + entry.last_skin_ms
+                                    + entry.last_write_ms)
+            self.parts_ms[n].append((entry.last_read_ms, entry.last_skin_ms, entry.last_write_ms))
+
+
+def simulated_vertices(obj):
+    from drape.scene import runtime
+    entry = runtime.get(obj)
+    if entry is not None and entry.model is not None:
+        return entry.model.n
+    return None
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Drape demo: bake a walking character's cape, a skirt, "
+                                             "a flag and a tablecloth; render a contact sheet")
+    ap.add_argument("--frames", type=int, default=72, help="frames to bake at 24 fps (default 72)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out"))
+    ap.add_argument("--no-render", action="store_true", help="skip the Workbench renders")
+    args = ap.parse_args(argv)
+    t_all = time.perf_counter()
+
+    import bpy
+    import drape
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    drape.register()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+
+    scene = bpy.context.scene
+    scene.render.fps = FPS
+    scene.frame_start = 1
+    scene.frame_end = args.frames
+
+    log("building the scene: Rigify metarig walking, body, garments, flag, table")
+    rig = add_metarig()
+    animate_walk(rig, args.frames)
+    body = add_body(rig)
+    capsules = make_capsules(rig)
+    log(f"{len(capsules)} capsules from the metarig's bones")
+    ground = add_ground()
+    _select_only([ground])
+    _run_op(bpy.ops.drape.collider_add, type="PLANE")
+
+    cape, proxy = add_cape(rig)
+    make_cloth(cape, "collar", sim_source="PROXY", proxy=proxy, tethers=True, substeps=6)
+    skirt = add_skirt(rig)
+    make_cloth(skirt, "waist", self_collision=True, substeps=6)
+    flag, pole, wind = add_flag()
+    make_cloth(flag, "hoist", substeps=4, areal_density=0.12)
+    tablecloth, slats = add_table()
+    for s in slats:
+        s.drape_collider.kind = "CAPSULE"
+        s.drape_collider.radius_start = s.drape_collider.radius_end = 0.05
+    make_cloth(tablecloth, "", self_collision=True, substeps=6, tethers=False)
+    cloths = [cape, skirt, flag, tablecloth]
+    targets = {"Cape": "SHAPE_KEYS", "Skirt": "PC2", "Flag": "PC2", "Tablecloth": "ALEMBIC"}
+    for obj in cloths:
+        obj.drape_bake.target = targets[obj.name]
+
+    setup_render(scene)
+    rig.hide_render = True
+    blend = os.path.join(out, "demo.blend")
+    # PC2/Alembic caches go next to the .blend ('//drape_cache/'): save first.
+    bpy.ops.wm.save_as_mainfile(filepath=blend)
+
+    meter = StepMeter(cloths)
+    bpy.app.handlers.frame_change_post.append(meter)
+    scene.frame_set(scene.frame_start)
+    log(f"baking {len(cloths)} cloths over frames {scene.frame_start}..{scene.frame_end} with drape.bake")
+    _select_only(cloths, cloths[0])
+    t0 = time.perf_counter()
+    _run_op(bpy.ops.drape.bake, objects="ALL", frame_range="SCENE")
+    bake_s = time.perf_counter() - t0
+    sim_counts = {o.name: simulated_vertices(o) for o in cloths}
+    bpy.app.handlers.frame_change_post.remove(meter)
+    bpy.ops.wm.save_as_mainfile(filepath=blend)
+    log(f"saved {blend}")
+
+    render_s = 0.0
+    if not args.no_render:
+        t0 = time.perf_counter()
+        frames = list(range(scene.frame_start, scene.frame_end + 1, 4))
+        paths = render_frames(scene, frames, os.path.join(out, "frames"))
+        pick = np.linspace(0, len(paths) - 1, 8).round().astype(int)
+        sheet = contact_sheet([paths[i] for i in pick], os.path.join(out, "demo.png"), columns=4)
+        render_s = time.perf_counter() - t0
+        log(f"rendered {len(paths)} frames to {os.path.join(out, 'frames')} and the contact sheet {sheet}")
+
+    print_table(cloths, meter, sim_counts, bake_s, args.frames)
+    log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
+    return 0
+
+
+def print_table(cloths, meter, sim_counts, bake_s, frames):
+    rows = []
+    for obj in cloths:
+        steps = meter.step_ms[obj.name]
+        per_frame = meter.frame_ms[obj.name]
+        rows.append((
+            obj.name,
+            str(sim_counts.get(obj.name) or "?"),
+            str(len(obj.data.vertices)),
+            str(obj.drape.substeps),
+            "on" if obj.drape.self_collision else "off",
+            f"{np.median(steps):.2f}" if steps else "-",
+            "/".join(f"{v:.1f}" for v in np.median(meter.parts_ms[obj.name], axis=0)) if steps else "-",
+            f"{sum(per_frame) / 1000.0:.2f}" if per_frame else "-",
+            obj.drape_bake.target,
+        ))
+    head = ("object", "simulated verts", "rendered verts", "substeps", "self coll.",
+            "ms/step (median)", "read/skin/write ms", "sim s (bake)", "baked to")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print(f"drape.bake wall time, all cloths, {frames} frames: {bake_s:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
