@@ -2,7 +2,7 @@
 ``drape.capsules_from_armature``."""
 
 import bpy
-from bpy.props import BoolProperty, EnumProperty, FloatProperty
+from bpy.props import BoolProperty, EnumProperty, FloatProperty, StringProperty
 
 from ..scene import armature, runtime
 
@@ -105,6 +105,9 @@ class DRAPE_OT_capsules_from_armature(bpy.types.Operator):
                                 description="Multiplies the estimated radii")
     replace: BoolProperty(name="Replace existing", default=True,
                           description="Delete capsules made earlier for this armature")
+    body: StringProperty(name="Body mesh", default="",
+                         description="Mesh whose surface sets the radii (empty: every mesh with an Armature "
+                                     "modifier on this armature that is not a Drape cloth)")
 
     @classmethod
     def poll(cls, context):
@@ -124,7 +127,14 @@ class DRAPE_OT_capsules_from_armature(bpy.types.Operator):
                         + (" selected" if self.only_selected else "")
                         + (f" longer than {self.min_length:g}" if self.min_length > 0 else ""))
             return {'CANCELLED'}
-        meshes = armature.skinned_meshes(arm, context.scene)
+        if self.body:
+            body = bpy.data.objects.get(self.body)
+            if body is None or body.type != 'MESH':
+                self.report({'ERROR'}, f"Nothing changed: body mesh '{self.body}' is not a mesh object")
+                return {'CANCELLED'}
+            meshes = [body]
+        else:
+            meshes = armature.skinned_meshes(arm, context.scene)
         radii, source = armature.estimate_radii(arm, names, meshes)
         if self.replace:
             for old in armature.existing_capsules(arm):

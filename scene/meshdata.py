@@ -82,15 +82,23 @@ def matrix_np(matrix):
     return np.array(matrix, dtype=np.float64)
 
 
+def _affine(points, m):
+    """points @ m[:3, :3].T + m[:3, 3] without BLAS (a (3, 3) product through
+    BLAS costs milliseconds when its thread pool competes with numba's)."""
+    m = m.astype(np.float32)
+    out = np.empty(points.shape, np.float32)
+    out[:] = m[:3, 3]
+    for k in range(3):
+        out += points[:, k, None] * m[:3, k]
+    return out
+
+
 def to_world(local, matrix):
-    m = matrix_np(matrix)
-    return (local @ m[:3, :3].T.astype(np.float32) + m[:3, 3].astype(np.float32)).astype(np.float32)
+    return _affine(np.asarray(local, np.float32), matrix_np(matrix))
 
 
 def to_local(world, matrix):
-    m = matrix_np(matrix)
-    inv = np.linalg.inv(m)
-    return (world @ inv[:3, :3].T.astype(np.float32) + inv[:3, 3].astype(np.float32)).astype(np.float32)
+    return _affine(np.asarray(world, np.float32), matrix_np(matrix.inverted_safe()))
 
 
 class Sample:
