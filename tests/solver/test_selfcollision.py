@@ -1,0 +1,238 @@
+"""Self and cloth-cloth collision: contact generation and the Jacobi solve.
+
+Fast tests on synthetic positions; the scenario tests with the exact
+triangle-triangle oracle are in test_selfcollision_scenarios.py.
+"""
+
+import numba
+import numpy as np
+import pytest
+
+from drape.solver import SolverError
+from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
+                                        MODE_OFF, MODE_POINT_POINT, SelfCollision, merge_meshes, triangulate)
+
+G = (0.0, 0.0, -9.81)
+
+
+def sheet(nx, ny, size=1.0, z=0.0):
+    """nx x ny quads in the XY plane at height z, faces pointing +z."""
+    xs = np.linspace(0.0, size, nx + 1)
+    ys = np.linspace(0.0, size, ny + 1)
+    x, y = np.meshgrid(xs, ys)
+    rest = np.stack([x.ravel(), y.ravel(), np.full(x.size, z)], axis=1)
+    idx = np.arange((nx + 1) * (ny + 1)).reshape(ny + 1, nx + 1)
+    quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], axis=-1)
+    return rest, quads.ravel(), np.full(nx * ny, 4)
+
+
+def fan_disc(spokes=24, rings=2, radius=0.5):
+    """A disc: a centre vertex of valence `spokes`, then rings of quads."""
+    pts = [[0.0, 0.0, 0.0]]
+    for r in range(1, rings + 1):
+        for k in range(spokes):
+            a = 2 * np.pi * k / spokes
+            pts.append([radius * r / rings * np.cos(a), radius * r / rings * np.sin(a), 0.0])
+    tris = [[0, 1 + k, 1 + (k + 1) % spokes] for k in range(spokes)]
+    for r in range(1, rings):
+        o0 = 1 + (r - 1) * spokes
+        o1 = 1 + r * spokes
+        for k in range(spokes):
+            k1 = (k + 1) % spokes
+            tris.append([o0 + k, o1 + k, o1 + k1])
+            tris.append([o0 + k, o1 + k1, o0 + k1])
+    return np.asarray(pts), np.asarray(tris)
+
+
+def soa(p):
+    return np.ascontiguousarray(np.asarray(p, dtype=np.float32).T)
+
+
+def normals_z(rest, tris):
+    t = np.asarray(tris)
+    return np.cross(rest[t[:, 1]] - rest[t[:, 0]], rest[t[:, 2]] - rest[t[:, 0]])[:, 2]
+
+
+def test_every_contact_emitted_once_on_high_valence_fan():
+    # Two copies of a fan whose centre has valence 24, 6 mm apart: every
+    # vertex touches each triangle around its twin, every edge each edge
+    # sharing an end with its twin. Count what the solver emits against that.
+    p, t = fan_disc(spokes=24, rings=3)
+    dz = 0.006
+    top = p + [0.0, 0.0, dz]
+    m = merge_meshes([(p, t), (top, t)])
+    tri = triangulate(m.face_indices, m.face_sizes)
+    sc = SelfCollision(m.positions, tri, m.region, thickness=0.01, margin=0.25)
+    x = soa(m.positions)
+    sc.detect(x, np.zeros_like(x), 1 / 60, (0.0, 0.0, 0.0))
+    keys = sc.contact_keys()
+    assert len(keys) == len(set(keys)), "a contact was emitted twice"
+
+    nA = len(p)
+    expected = set()
+    for side, other in ((0, nA), (nA, 0)):
+        for v in range(nA):
+            for tt in t:
+                if v in tt:
+                    expected.add((KIND_VERTEX_TRIANGLE, v + side) + tuple(sorted(tt + other)))
+    edges = {tuple(sorted(e)) for tt in t for e in ((tt[0], tt[1]), (tt[1], tt[2]), (tt[2], tt[0]))}
+    for e in edges:
+        for f in edges:
+            if set(e) & set(f):
+                e1 = (e[0], e[1])
+                e2 = (f[0] + nA, f[1] + nA)
+                expected.add((KIND_EDGE_EDGE,) + min(e1, e2) + max(e1, e2))
+    assert set(keys) == expected
+    # The centre vertex (valence 24) appears in exactly 24 vertex-triangle
+    # contacts as the vertex (once per triangle around its twin).
+    assert sum(1 for k in keys if k[0] == KIND_VERTEX_TRIANGLE and k[1] == 0) == 24
+
+
+def two_sheets(gap, n=6, rest_gap=None, noise=0.0, seed=0):
+    r, fi, fs = sheet(n, n, 0.3)
+    top = r + [0.0, 0.0, gap]
+    m = merge_meshes([(r, fi, fs), (top, fi, fs)])
+    rest = m.positions.copy()
+    if rest_gap is not None:
+        rest[len(r):, 2] = rest_gap
+    x = m.positions.copy()
+    if noise:
+        x += np.random.default_rng(seed).normal(0.0, noise, x.shape).astype(np.float32)
+    return m, rest, soa(x), len(r)
+
+
+def test_solve_reaches_thickness_between_sheets():
+    m, rest, x, na = two_sheets(0.004, rest_gap=0.05)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01, friction=0.0)
+    sc.detect(x, np.zeros_like(x), 1 / 60, G)
+    assert sc.count > 0
+    for _ in range(40):
+        sc.solve(x, x.copy())
+    gap = x[2, na:] - x[2, :na]
+    assert gap.min() > 0.0099 and gap.max() < 0.0101
+
+
+def test_rest_neighbours_closer_than_thickness_are_held_at_rest_distance():
+    # Modelled 3 mm apart with a 10 mm thickness: not pushed to 10 mm, but
+    # not let through either.
+    m, rest, x, na = two_sheets(0.001, rest_gap=0.003)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01, friction=0.0)
+    sc.detect(x, np.zeros_like(x), 1 / 60, G)
+    for _ in range(40):
+        sc.solve(x, x.copy())
+    gap = x[2, na:] - x[2, :na]
+    assert np.allclose(gap, 0.003, atol=5e-5)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_jacobi_solve_identical_for_1_and_2_threads():
+    m, rest, x, na = two_sheets(0.003, n=16, noise=0.002, rest_gap=0.05)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01,
+                                 friction=0.3, parallel=True)
+    sc.detect(x, np.zeros_like(x), 1 / 60, G)
+    assert sc.count > 500
+    prev = x - np.float32(0.001)
+    out = []
+    old = numba.get_num_threads()
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            y = x.copy()
+            for _ in range(5):
+                sc.solve(y, prev)
+            out.append(y)
+    finally:
+        numba.set_num_threads(old)
+    assert not np.array_equal(out[0], x), "the solve did nothing"
+    assert np.array_equal(out[0], out[1])
+
+
+def test_layer_order_puts_outer_layer_outside():
+    # The outer sheet starts 3 mm *below* the inner one (tangled). With a layer
+    # order it ends above by the thickness; without, it is held below.
+    r, fi, fs = sheet(6, 6, 0.3)
+    assert np.all(normals_z(r, triangulate(fi, fs)) > 0)
+    below = r + [0.0, 0.0, -0.003]
+    m = merge_meshes([(r, fi, fs), (below, fi, fs)])
+    na = len(r)
+    rest = m.positions.copy()
+    rest[na:, 2] = 0.05   # modelled outside
+    for layers, outer_above in (([0, 1], True), (None, False)):
+        x = soa(m.positions)
+        sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region,
+                                     thickness=0.01, friction=0.0, layers=layers)
+        sc.detect(x, np.zeros_like(x), 1 / 60, G)
+        for _ in range(60):
+            sc.solve(x, x.copy())
+        gap = x[2, na:] - x[2, :na]
+        if outer_above:
+            assert gap.min() > 0.0099
+        else:
+            assert gap.max() < -0.0099
+
+
+def test_region_modes_off_and_point_point():
+    m, rest, x, na = two_sheets(0.004)
+    off = np.array([[MODE_FULL, 0], [MODE_OFF, MODE_FULL]])
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01, modes=off)
+    assert sc.detect(x, np.zeros_like(x), 1 / 60, G) == 0
+    pp = np.array([[MODE_FULL, 0], [MODE_POINT_POINT, MODE_FULL]])
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01, modes=pp)
+    sc.detect(x, np.zeros_like(x), 1 / 60, G)
+    assert sc.count == na  # each vertex against its twin, once
+    assert np.all(sc.contact_kind == KIND_POINT_POINT)
+
+
+def test_predictive_contacts_from_closing_speed_not_common_motion():
+    m, rest, x, na = two_sheets(0.05)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01)
+    v = np.zeros_like(x)
+    assert sc.detect(x, v, 1 / 60, G) == 0
+    still = sc.candidates
+    v[2, na:] = -4.0   # top sheet closes 67 mm in the step: contacts predicted
+    assert sc.detect(x, v, 1 / 60, G) > 0
+    v[2, :] = -4.0     # both fall together: nothing to predict, no extra candidates
+    assert sc.detect(x, v, 1 / 60, G) == 0
+    assert sc.candidates == still
+
+
+def test_cached_contacts_are_reused_without_detection():
+    m, rest, x, na = two_sheets(0.004)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01)
+    n_cached = sc.cache_contacts(x)
+    keys = sc.contact_keys()
+    far = x.copy()
+    far[2, na:] += 1.0
+    assert sc.detect(far, np.zeros_like(x), 1 / 60, G) == n_cached
+    assert sc.contact_keys() == keys and sc.detect_ms == 0.0
+    sc.clear_cache()
+    assert sc.detect(far, np.zeros_like(x), 1 / 60, G) == 0
+
+
+def test_flat_sheet_has_no_self_contacts_and_bad_input_is_named():
+    r, fi, fs = sheet(20, 20, 1.0)
+    sc = SelfCollision.from_mesh(r, fi, fs, thickness=0.01)
+    x = soa(r)
+    assert sc.detect(x, np.zeros_like(x), 1 / 60, G) == 0
+    with pytest.raises(SolverError, match="pos must be float32"):
+        sc.detect(x[:, :-1], np.zeros_like(x), 1 / 60, G)
+    with pytest.raises(SolverError, match="thickness"):
+        SelfCollision.from_mesh(r, fi, fs, thickness=[0.01, 0.02])
+    with pytest.raises(SolverError, match="triangle index out of range"):
+        SelfCollision(r, [[0, 1, 10 ** 6]])
+    bad = x.copy()
+    bad[0, 3] = np.nan
+    with pytest.raises(SolverError, match="NaN"):
+        sc.detect(bad, np.zeros_like(x), 1 / 60, G)
+
+
+def test_merge_meshes_offsets_and_regions():
+    a, fa, sa = sheet(2, 2)
+    b, tb = fan_disc(spokes=5, rings=1)
+    m = merge_meshes([(a, fa, sa), (b, tb)])
+    assert list(m.vertex_offset) == [0, 9, 15]
+    assert list(np.bincount(m.region)) == [9, 6]
+    assert m.face_indices[len(fa):].min() == 9
+    assert m.face_sizes.sum() == len(m.face_indices)
+    with pytest.raises(SolverError, match="mesh 1"):
+        merge_meshes([(a, fa, sa), (b, tb + 100)])
