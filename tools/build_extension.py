@@ -204,7 +204,8 @@ def fetch_wheels(platforms: list[str], pins: dict[str, str], manifest: list[str]
         for python in PYTHONS:
             if check_manifest:
                 entries = check_manifest_pins(manifest, platform, python, pins)
-                cached = all((ROOT / e).is_file() for e in entries)
+                # A wheel that is not a readable zip (an interrupted copy) is fetched again.
+                cached = all((ROOT / e).is_file() and zipfile.is_zipfile(ROOT / e) for e in entries)
                 if cached and not refresh:
                     result[(platform, python)] = [pathlib.PurePosixPath(e).name for e in entries]
                     continue
@@ -249,7 +250,7 @@ def find_builder(blender: str | None) -> list[str]:
     if blender:
         if not shutil.which(blender):
             raise BuildError(f"BLENDER={blender} is not an executable.")
-        return [blender, "--factory-startup", "--command", "extension"]
+        return [blender, "--command", "extension"]
     spec = importlib.util.find_spec("bpy")
     if spec and spec.submodule_search_locations:
         for base in spec.submodule_search_locations:
@@ -258,7 +259,7 @@ def find_builder(blender: str | None) -> list[str]:
                 return [sys.executable, str(tools[-1])]
     on_path = shutil.which("blender")
     if on_path:
-        return [on_path, "--factory-startup", "--command", "extension"]
+        return [on_path, "--command", "extension"]
     raise BuildError(
         "no Blender extension builder: run with the venv's Python (make extension), set BLENDER=/path/to/blender, "
         "or put blender on PATH."
