@@ -132,7 +132,7 @@ def free(obj, delete_files=False):
     if st.baked_cache_file:
         cache = bpy.data.cache_files.get(st.baked_cache_file)
         if cache is not None and cache.users == 0:
-            bpy.data.cache_files.remove(cache)
+            bpy.data.batch_remove([cache])  # cache_files has no remove()
     keys = obj.data.shape_keys
     if keys is not None:
         if st.baked_action:
@@ -316,6 +316,9 @@ def _open_cache_file(filepath):
         raise OSError(f"Blender could not open the Alembic file {filepath}")
     cache = new[0]
     cache.filepath = filepath
+    # The operator leaves one user of its own: only the modifier should
+    # hold it, so freeing the bake leaves it unused and removable.
+    cache.user_clear()
     return cache
 
 

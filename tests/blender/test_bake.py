@@ -610,3 +610,44 @@ def test_escape_cancels_and_leaves_everything_as_it_was(shot, one_frame_per_tick
     assert op.reports[-1][0] == {'WARNING'} and "cancelled" in op.reports[-1][1]
     assert snapshot(shot) == before
     assert [c[0] for c in ctx.window_manager.calls][-2:] == ["event_timer_remove", "progress_end"]
+
+
+def test_alembic_rebake_reads_the_new_file(shot):
+    scene = shot["scene"]
+    obj = shot["objs"]['ALEMBIC']
+    bake_job.run_blocking(scene, [obj], 1, 24, log=None)
+    scene.frame_set(10)
+    np.testing.assert_allclose(evaluated_co(obj), shot["src"].expected(obj.name, 10), atol=ATOL, rtol=0)
+    src2 = AnalyticSource([obj], scale=3.0)
+    src2.rest = shot["src"].rest
+    bake_job.set_frame_source(src2)
+    bake_job.run_blocking(scene, [obj], 1, 24, log=None)
+    assert [m.type for m in obj.modifiers] == ['MESH_SEQUENCE_CACHE']
+    assert len(bpy.data.cache_files) == 1, "the old CacheFile datablock is removed"
+    scene.frame_set(11)
+    np.testing.assert_allclose(evaluated_co(obj), src2.expected(obj.name, 11), atol=ATOL, rtol=0)
+    assert sorted(os.listdir(shot["cache"])) == ["ClothABC.abc"]
+
+
+@pytest.mark.slow
+def test_headless_bakes_a_real_drape_cloth(empty_scene, tmp_path, source_guard):
+    scene = empty_scene
+    scene.frame_start, scene.frame_end = 1, 16
+    cape = _cape("Cape", (0.0, 0.0, 1.0))
+    bpy.ops.object.select_all(action='DESELECT')
+    cape.select_set(True)
+    assert bpy.ops.drape.cloth_add(pin_group="pin") == {'FINISHED'}
+    path = tmp_path / "farm_shot.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    proc = _headless(path, "--object", "Cape", "--target", "PC2")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Drape bake Cape: frame 16 (16/16)" in proc.stdout
+    head = pc2.read_header(str(tmp_path / "drape_cache" / "Cape.pc2"))
+    assert (head["num_samples"], head["num_points"]) == (16, len(cape.data.vertices))
+    baked, modifiers = evaluate_in_fresh_blender(path, {"Cape": [8, 16]}, tmp_path / "eval")
+    assert modifiers["Cape"] == ['MESH_CACHE', 'NODES']
+    # The same simulation, live, in this process.
+    for f in range(1, 17):
+        scene.frame_set(f)
+        if f in (8, 16):
+            np.testing.assert_allclose(baked[("Cape", f)], evaluated_co(cape), atol=1e-5, rtol=0)
