@@ -1,0 +1,208 @@
+"""Every input an artist can get wrong gets a clear message naming the object
+and the problem, and nothing in the scene changes."""
+
+import bmesh
+import bpy
+import numpy as np
+import pytest
+
+from drape.scene import runtime, writeback
+
+
+def select_only(obj):
+    for o in bpy.context.selected_objects:
+        o.select_set(False)
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+
+
+def mesh_object(name, verts, faces=(), edges=()):
+    mesh = bpy.data.meshes.new(name)
+    mesh.from_pydata([tuple(v) for v in verts], list(edges), [tuple(f) for f in faces])
+    mesh.update()
+    obj = bpy.data.objects.new(name, mesh)
+    bpy.context.scene.collection.objects.link(obj)
+    return obj
+
+
+def grid_object(name="Bad", n=4):
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=n, y_subdivisions=n, size=1.0)
+    obj = bpy.context.active_object
+    obj.name = name
+    return obj
+
+
+def snapshot(obj):
+    """What cloth_add could change on an object."""
+    data = obj.data
+    attrs = sorted(a.name for a in data.attributes) if obj.type == 'MESH' else []
+    return (obj.drape.enabled, obj.drape.uid, obj.drape.pin_group, [m.name for m in obj.modifiers], attrs,
+            len(bpy.data.node_groups), tuple(obj.scale))
+
+
+def expect_refusal(obj, *words, **props):
+    select_only(obj)
+    before = snapshot(obj)
+    with pytest.raises(RuntimeError) as info:
+        bpy.ops.drape.cloth_add(**props)
+    message = str(info.value)
+    assert f"'{obj.name}'" in message, message
+    for word in words:
+        assert word.lower() in message.lower(), message
+    assert snapshot(obj) == before, "a refused cloth_add changed the object"
+    return message
+
+
+def test_non_mesh_object(empty_scene):
+    bpy.ops.curve.primitive_bezier_curve_add()
+    curve = bpy.context.active_object
+    curve.name = "Rope"
+    expect_refusal(curve, "curve", "not a mesh")
+
+
+def test_empty_object(empty_scene):
+    bpy.ops.object.empty_add()
+    empty = bpy.context.active_object
+    expect_refusal(empty, "not a mesh")
+
+
+def test_mesh_without_faces(empty_scene):
+    obj = mesh_object("Points", [(0, 0, 0), (1, 0, 0), (0, 1, 0)], edges=[(0, 1), (1, 2)])
+    expect_refusal(obj, "no faces")
+
+
+def test_loose_vertices(empty_scene):
+    obj = mesh_object("LooseV", [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (5, 5, 5)], faces=[(0, 1, 2, 3)])
+    expect_refusal(obj, "1 loose vertices")
+
+
+def test_loose_edges(empty_scene):
+    obj = mesh_object("LooseE", [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (3, 0, 0), (4, 0, 0)],
+                      faces=[(0, 1, 2, 3)], edges=[(4, 5)])
+    expect_refusal(obj, "1 loose edges")
+
+
+def test_degenerate_face(empty_scene):
+    obj = mesh_object("Flat", [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (2, 0, 0), (3, 0, 0)],
+                      faces=[(0, 1, 2, 3), (1, 4, 5)])
+    expect_refusal(obj, "degenerate")
+
+
+def test_duplicate_vertices(empty_scene):
+    obj = mesh_object("Doubles", [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 0, 0), (2, 0, 0), (2, 1, 0)],
+                      faces=[(0, 1, 2, 3), (4, 5, 6, 2)])
+    expect_refusal(obj, "duplicate vertices", "merge")
+
+
+def test_missing_pin_group(empty_scene):
+    obj = grid_object("Sheet")
+    expect_refusal(obj, "no vertex group 'collar'", pin_group="collar")
+
+
+def test_topology_changing_modifier(empty_scene):
+    obj = grid_object("Subdivided")
+    obj.modifiers.new("Subsurf", 'SUBSURF')
+    expect_refusal(obj, "Subsurf", "topology")
+
+
+def test_conflicting_cloth_modifier(empty_scene):
+    obj = grid_object("Twice")
+    obj.modifiers.new("Cloth", 'CLOTH')
+    expect_refusal(obj, "cloth modifier")
+
+
+@pytest.mark.parametrize("scale,word", [((1.0, 0.0, 1.0), "zero scale"), ((1.0, -1.0, 1.0), "negative scale")])
+def test_zero_or_negative_scale(empty_scene, scale, word):
+    obj = grid_object("Scaled")
+    obj.scale = scale
+    bpy.context.view_layer.update()
+    expect_refusal(obj, word)
+
+
+def test_one_bad_object_changes_none_of_the_selection(empty_scene):
+    good = grid_object("Good")
+    bad = mesh_object("NoFaces", [(0, 0, 0), (1, 0, 0)], edges=[(0, 1)])
+    good.select_set(True)
+    bad.select_set(True)
+    with pytest.raises(RuntimeError, match="'NoFaces' has no faces"):
+        bpy.ops.drape.cloth_add()
+    assert not good.drape.enabled and not good.modifiers
+
+
+def test_ngons_are_accepted_and_simulate(empty_scene):
+    bpy.ops.mesh.primitive_circle_add(vertices=12, fill_type='NGON', radius=0.5, location=(0, 0, 1))
+    disc = bpy.context.active_object
+    bpy.ops.drape.cloth_add()
+    scene = bpy.context.scene
+    for f in range(1, 6):
+        scene.frame_set(f)
+    entry = runtime.get(disc)
+    assert entry.error is None
+    x = runtime.dense_positions_local(disc)
+    assert np.all(np.isfinite(x)) and x[:, 2].max() < -1e-3  # it fell
+
+
+def test_proxy_not_a_mesh_is_reported_at_play_and_nothing_written(empty_scene, capsys):
+    obj = grid_object("Cape")
+    bpy.ops.drape.cloth_add()
+    bpy.ops.object.empty_add()
+    empty = bpy.context.active_object
+    empty.name = "NotAMesh"
+    obj.drape.sim_source = 'PROXY'
+    obj.drape.proxy = empty  # the UI's poll hides non-meshes; a script can still do this
+    bpy.context.scene.frame_set(1)
+    bpy.context.scene.frame_set(2)
+    entry = runtime.get(obj)
+    assert entry is not None and "'Cape'" in entry.error and "'NotAMesh'" in entry.error
+    assert "not a mesh" in entry.error
+    assert obj.data.attributes.get(writeback.ATTR_RESULT) is None
+    assert "Drape: 'Cape'" in capsys.readouterr().out  # printed once for the console
+    with pytest.raises(RuntimeError, match="not a mesh"):
+        runtime.dense_positions_local(obj)
+
+
+def test_missing_proxy(empty_scene):
+    obj = grid_object("Cape")
+    bpy.ops.drape.cloth_add()
+    obj.drape.sim_source = 'PROXY'
+    bpy.context.scene.frame_set(1)
+    assert "none is set" in runtime.get(obj).error
+
+
+def test_problems_appearing_after_cloth_add_are_reported_not_crashed(empty_scene):
+    obj = grid_object("Later")
+    bpy.ops.drape.cloth_add()
+    scene = bpy.context.scene
+    scene.frame_set(1)
+    scene.frame_set(2)
+    assert runtime.get(obj).error is None
+    # The artist renames the pin group to one that doesn't exist, then adds a Subsurf.
+    obj.drape.pin_group = "gone"
+    scene.frame_set(3)
+    assert "no vertex group 'gone'" in runtime.get(obj).error
+    obj.drape.pin_group = ""
+    obj.modifiers.new("Subsurf", 'SUBSURF')
+    writeback.ensure_modifier(obj)
+    scene.frame_set(1)
+    assert "topology" in runtime.get(obj).error
+    obj.modifiers.remove(obj.modifiers["Subsurf"])
+    scene.frame_set(1)
+    scene.frame_set(2)
+    assert runtime.get(obj).error is None  # fixed: it simulates again from the start frame
+
+
+def test_topology_edit_mid_play_rebuilds(empty_scene):
+    obj = grid_object("Edited", n=6)
+    bpy.ops.drape.cloth_add()
+    scene = bpy.context.scene
+    for f in range(1, 4):
+        scene.frame_set(f)
+    bm = bmesh.new()
+    bm.from_mesh(obj.data)
+    bmesh.ops.subdivide_edges(bm, edges=bm.edges[:], cuts=1, use_grid_fill=True)
+    bm.to_mesh(obj.data)
+    bm.free()
+    scene.frame_set(4)
+    entry = runtime.get(obj)
+    assert entry.error is None and entry.model.n == len(obj.data.vertices)
+    assert entry.cache_range == (4, 4)  # restarted at the current frame with the new topology
