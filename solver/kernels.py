@@ -11,7 +11,8 @@ Pipeline of a substep (Ten Minute Physics' three verbs):
 import numpy as np
 from numba import njit
 
-JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+# fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
+JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
 
 F0 = np.float32(0.0)
 F1 = np.float32(1.0)
@@ -90,6 +91,12 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
             fy = s * (cd * uy_ + cl * py_)
             fz = s * (cd * uz_ + cl * pz_)
             wa, wb, wc = inv_mass[a], inv_mass[b], inv_mass[c]
+            # Explicit aerodynamics must not overshoot the air speed (large
+            # substeps, light vertices): cap the velocity change at |u|.
+            dv = np.sqrt(fx * fx + fy * fy + fz * fz) * max(wa, max(wb, wc))
+            if dv > ulen:
+                sc = ulen / dv
+                fx, fy, fz = fx * sc, fy * sc, fz * sc
             vel[0, a] += fx * wa
             vel[1, a] += fy * wa
             vel[2, a] += fz * wa
@@ -102,13 +109,11 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
     for i in range(n):
         if inv_mass[i] == F0:
             continue
-        vx = vel[0, i] + h * gx
-        vy = vel[1, i] + h * gy
-        vz = vel[2, i] + h * gz
-        if use_accel:
-            vx += h * accel[0, i]
-            vy += h * accel[1, i]
-            vz += h * accel[2, i]
+        vx = vel[0, i]
+        vy = vel[1, i]
+        vz = vel[2, i]
+        # Drag acts on the velocity the vertex had, not on this substep's
+        # gravity (else the resting sag would shrink with the drag).
         if drag > F0:
             if use_wind:
                 vx += drag * (wind[0, i] - vx)
@@ -118,6 +123,13 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
                 vx -= drag * vx
                 vy -= drag * vy
                 vz -= drag * vz
+        vx += h * gx
+        vy += h * gy
+        vz += h * gz
+        if use_accel:
+            vx += h * accel[0, i]
+            vy += h * accel[1, i]
+            vz += h * accel[2, i]
         vel[0, i] = vx
         vel[1, i] = vy
         vel[2, i] = vz
@@ -386,20 +398,44 @@ def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
 
 
 @njit(**JIT)
+def capsule_boxes(cap0, cap1, margin):
+    """Axis-aligned boxes around each capsule's sweep over the substep
+    (cap0 -> cap1), grown by the larger radius and the margin; (k, 6) min, max."""
+    k = cap1.shape[0]
+    box = np.empty((k, 6), dtype=np.float32)
+    for j in range(k):
+        r = max(cap1[j, 6], cap1[j, 7]) + margin
+        for c in range(3):
+            lo = min(min(cap0[j, c], cap0[j, 3 + c]), min(cap1[j, c], cap1[j, 3 + c]))
+            hi = max(max(cap0[j, c], cap0[j, 3 + c]), max(cap1[j, c], cap1[j, 3 + c]))
+            box[j, c] = lo - r
+            box[j, 3 + c] = hi + r
+    return box
+
+
+@njit(**JIT)
 def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
     """Swept capsule contacts for this substep: the segment from the vertex's
     substep-start position (carried along with the capsule, so a capsule that
     sweeps past a still vertex is seen) to its predicted position, against the
     capsule at substep end, by sphere tracing (the distance is 1-Lipschitz).
-    hit[i] = 1 and entry[:, i] = entry point, entry normal, surface velocity."""
+    hit[i] = 1 + index of the capsule entered first (0 = none) and
+    entry[:, i] = entry point, entry normal, surface velocity."""
     n = np.uint64(pos.shape[1])
     k = cap1.shape[0]
+    box = capsule_boxes(cap0, cap1, margin)
     for i in range(n):
         hit[i] = 0
         if inv_mass[i] == F0 or k == 0:
             continue
         best_u = np.float32(2.0)
+        x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
+        x1, y1, z1 = pos[0, i], pos[1, i], pos[2, i]
         for j in range(k):
+            # Cull: the vertex's path box misses the capsule's swept box.
+            if (max(x0, x1) < box[j, 0] or min(x0, x1) > box[j, 3] or max(y0, y1) < box[j, 1]
+                    or min(y0, y1) > box[j, 4] or max(z0, z1) < box[j, 2] or min(z0, z1) > box[j, 5]):
+                continue
             ax0, ay0, az0 = cap0[j, 0], cap0[j, 1], cap0[j, 2]
             dx0, dy0, dz0 = cap0[j, 3] - ax0, cap0[j, 4] - ay0, cap0[j, 5] - az0
             l2 = dx0 * dx0 + dy0 * dy0 + dz0 * dz0
@@ -446,7 +482,7 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
                                                         cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
             if found and u < best_u:
                 best_u = u
-                hit[i] = 1
+                hit[i] = j + 1
                 entry[0, i], entry[1, i], entry[2, i] = hx, hy, hz
                 entry[3, i], entry[4, i], entry[5, i] = nx, ny, nz
                 g = F1 - s
@@ -468,6 +504,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
     n = np.uint64(pos.shape[1])
     kc = cap1.shape[0]
     kp = plane1.shape[0]
+    box = capsule_boxes(cap1, cap1, margin)
     for i in range(n):
         if inv_mass[i] == F0:
             continue
@@ -475,7 +512,16 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
         depth = F0
         cnx, cny, cnz = F0, F0, F0
         cvx, cvy, cvz = F0, F0, F0
+        swept = hit[i]
         for j in range(kc):
+            # A vertex that entered this capsule during the substep leaves
+            # through its entry plane (pass 2), not the nearest surface,
+            # which is the far side once it has tunnelled past the axis.
+            if swept == j + 1:
+                continue
+            if (px < box[j, 0] or px > box[j, 3] or py < box[j, 1] or py > box[j, 4]
+                    or pz < box[j, 2] or pz > box[j, 5]):
+                continue
             ra = cap1[j, 6] + margin
             rb = cap1[j, 7] + margin
             d, nx, ny, nz, s = capsule_distance(px, py, pz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
@@ -490,7 +536,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
                 cvx = g * cap1[j, 8] + s * cap1[j, 11]
                 cvy = g * cap1[j, 9] + s * cap1[j, 12]
                 cvz = g * cap1[j, 10] + s * cap1[j, 13]
-        if kc > 0 and hit[i] != 0:
+        if kc > 0 and swept != 0:
             nx, ny, nz = entry[3, i], entry[4, i], entry[5, i]
             d = (px - entry[0, i]) * nx + (py - entry[1, i]) * ny + (pz - entry[2, i]) * nz
             if d < F0:
@@ -545,6 +591,11 @@ def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, h
                 tl = np.sqrt(tx * tx + ty * ty + tz * tz)
                 dvn = depth * inv_h
                 if tl <= mu_s * dvn:
+                    # Static: undo this substep's slip too, else a vertex
+                    # creeps h^2 g sin(theta) per substep down a slope.
+                    pos[0, i] -= tx * h
+                    pos[1, i] -= ty * h
+                    pos[2, i] -= tz * h
                     tx, ty, tz = F0, F0, F0
                 else:
                     f = F1 - mu_k * dvn / tl

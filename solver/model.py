@@ -139,7 +139,7 @@ class Model:
 
         # Solver scratch (one step at a time per model).
         self.prev = np.zeros((3, n), dtype=np.float32)
-        self.hit = np.zeros(n, dtype=np.uint8)
+        self.hit = np.zeros(n, dtype=np.int32)
         self.entry = np.zeros((9, n), dtype=np.float32)
         self.contact = np.zeros((7, n), dtype=np.float32)
         self.pin_weight = None

@@ -1,0 +1,127 @@
+"""Capsule and plane colliders checked with exact geometry (tests/oracles.py)."""
+
+import numpy as np
+import pytest
+
+import oracles
+from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, kernels, step
+
+
+def test_capsule_distance_kernel_matches_exact_oracle():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        a, b = rng.normal(size=3), rng.normal(size=3)
+        if rng.random() < 0.2:
+            b = a.copy()  # sphere
+        ra, rb = rng.uniform(0.05, 0.8, size=2)
+        for p in rng.normal(scale=1.5, size=(10, 3)):
+            d, nx, ny, nz, s = kernels.capsule_distance(*np.float32(p), *np.float32(a), *np.float32(b),
+                                                        np.float32(ra), np.float32(rb))
+            exact = oracles.point_capsule_distance(p, a, b, ra, rb)
+            if exact > 0:
+                assert d == pytest.approx(exact, abs=2e-4)
+                # Moving along the normal by -d lands on the surface.
+                q = p - d * np.array([nx, ny, nz])
+                assert abs(oracles.point_capsule_distance(q, a, b, ra, rb)) < 2e-4
+            else:
+                assert d < 1e-4
+
+
+def _sheet_with_pins(nx=16, size=1.0):
+    rest, fi, fs = oracles.grid_sheet(nx, nx, size)
+    pin = np.zeros(len(rest))
+    pin[: nx + 1] = 1.0
+    return rest, fi, fs, pin
+
+
+@pytest.mark.parametrize("radius_a, radius_b", [(0.12, 0.12), (0.08, 0.16)])
+def test_capsule_moved_one_metre_in_one_step_does_not_tunnel(radius_a, radius_b):
+    # A capsule crosses a hanging sheet (y = 0) from y = -0.5 to y = +0.5 in a
+    # single step of 2 substeps: each substep moves it further than its own
+    # diameter. No vertex may end inside it (exact distance), and the sheet
+    # must still be in front of it (the side it started on).
+    rest, fi, fs, pin = _sheet_with_pins()
+    params = ClothParams(substeps=2)
+    model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), pin, params)
+    state = model.new_state()
+    a0, b0 = np.array([[0.2, -0.5, 0.5]]), np.array([[0.8, -0.5, 0.5]])
+    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
+    caps = Capsules(a0, b0, a1, b1, np.array([radius_a]), np.array([radius_b]))
+    step(model, state, StepInputs(capsules=caps), 1 / 60, params)
+    x = state.positions_aos().astype(np.float64)
+    d = oracles.point_capsule_distances(x, a1[0], b1[0], radius_a, radius_b)
+    assert d.min() > -1e-4
+    # Vertices in the capsule's shadow were carried in front of it.
+    shadow = (rest[:, 0] > 0.25) & (rest[:, 0] < 0.75) & (np.abs(rest[:, 2] - 0.5) < 0.05)
+    assert shadow.sum() > 5
+    assert np.all(x[shadow, 1] > 0.5)
+
+
+def test_without_swept_contacts_the_same_capsule_would_tunnel():
+    # Negative control for the test above: only the live push-out (no swept
+    # entry plane) lets the fast capsule pass through the sheet.
+    rest, fi, fs, pin = _sheet_with_pins()
+    x = rest.T.astype(np.float32).copy()
+    cap1 = np.zeros((1, 14), np.float32)
+    cap1[0, :6] = [0.2, 0.5, 0.5, 0.8, 0.5, 0.5]
+    cap1[0, 6:8] = 0.12
+    hit = np.zeros(len(rest), np.int32)
+    contact = np.zeros((7, len(rest)), np.float32)
+    kernels.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
+                              np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact)
+    shadow = (rest[:, 0] > 0.25) & (rest[:, 0] < 0.75) & (np.abs(rest[:, 2] - 0.5) < 0.05)
+    assert np.all(x[1, shadow] < 0.5)
+
+
+def test_vertex_between_capsule_and_ground_ends_on_the_ground_side():
+    # One free vertex under a capsule that is pressed into the ground: the
+    # capsule pushes it down, the plane (solved last) wins.
+    rest = np.array([[0.0, 0.0, 0.05], [5.0, 5.0, 5.0]])
+    params = ClothParams(substeps=2, collision_margin=0.0)
+    model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.ones(2), np.array([0.0, 1.0]), params)
+    state = model.new_state()
+    ground = Planes(point0=np.zeros((1, 3)), normal0=np.array([[0.0, 0.0, 1.0]]))
+    for i in range(10):
+        z0, z1 = 0.3 - 0.03 * i, 0.3 - 0.03 * (i + 1)
+        caps = Capsules(np.array([[-1, 0, z0]]), np.array([[1, 0, z0]]), np.array([[-1, 0, z1]]),
+                        np.array([[1, 0, z1]]), np.array([0.2]), np.array([0.2]))
+        step(model, state, StepInputs(capsules=caps, planes=ground), 1 / 60, params)
+        assert state.positions[2, 0] >= -1e-6
+    assert np.all(np.isfinite(state.positions))
+
+
+def test_cloth_rests_on_ground_plane_and_static_friction_holds_on_a_gentle_slope():
+    # A single vertex on a plane tilted by 15 degrees (tan = 0.27) with
+    # mu_s = 0.5 stays put; at 40 degrees (tan = 0.84 > mu_k) it slides.
+    def slide(angle_deg):
+        t = np.radians(angle_deg)
+        normal = np.array([[0.0, -np.sin(t), np.cos(t)]])
+        rest = np.array([[0.0, 0.0, 0.0]])
+        params = ClothParams(substeps=4, collision_margin=0.0, friction_static=0.5, friction_kinetic=0.4)
+        model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.ones(1), np.zeros(1), params)
+        state = model.new_state()
+        plane = Planes(point0=np.zeros((1, 3)), normal0=normal)
+        for _ in range(60):
+            step(model, state, StepInputs(planes=plane), 1 / 60, params)
+        x = state.positions_aos()[0].astype(np.float64)
+        assert np.dot(x, normal[0]) > -1e-5
+        return np.linalg.norm(x)
+
+    assert slide(15.0) < 1e-3
+    moved = slide(40.0)
+    # Kinetic friction: a = g (sin - mu_k cos); 1 s gives ~0.5 a.
+    t = np.radians(40.0)
+    a = 9.81 * (np.sin(t) - 0.4 * np.cos(t))
+    assert 0.3 * a < moved < 0.7 * a
+
+
+def test_moving_plane_lifts_cloth():
+    rest, fi, fs = oracles.grid_sheet(6, 6, plane="xy")
+    params = ClothParams(substeps=2)
+    model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), np.zeros(len(rest)), params)
+    state = model.new_state()
+    for i in range(30):
+        plane = Planes(point0=np.array([[0, 0, 0.01 * i]]), normal0=np.array([[0, 0, 1.0]]),
+                       point1=np.array([[0, 0, 0.01 * (i + 1)]]), normal1=np.array([[0, 0, 1.0]]))
+        step(model, state, StepInputs(planes=plane), 1 / 60, params)
+        assert state.positions[2].min() >= 0.01 * (i + 1) + params.collision_margin - 1e-5

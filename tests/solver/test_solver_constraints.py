@@ -1,0 +1,205 @@
+"""XPBD constraints against analytic results: stretch, bending, tethers, colouring."""
+
+import numpy as np
+import pytest
+
+import oracles
+from drape.solver import ClothParams, StepInputs, build_model, kernels, step, topology, vertex_masses
+
+
+def _strip(rows, width=0.25, edge=0.25):
+    """A 1-quad-wide vertical strip of `rows` quads, top two vertices first."""
+    rest = []
+    for r in range(rows + 1):
+        rest += [[0.0, 0.0, -r * edge], [width, 0.0, -r * edge]]
+    faces = []
+    for r in range(rows):
+        a = 2 * r
+        faces += [a, a + 2, a + 3, a + 1]
+    return np.array(rest), np.array(faces), np.full(rows, 4)
+
+
+@pytest.mark.parametrize("iterations", [5, 10, 40])
+def test_xpbd_hanging_stretch_matches_analytic_for_any_iteration_count(iterations):
+    # Each side of the strip is a chain: the vertical edge below row r-1
+    # carries the weight of the rows r..N under it, T_r = g m (N - r + 1), and
+    # stretches by compliance * T_r. XPBD's promise: the result depends on the
+    # compliance, not on the iteration count.
+    rows, m, alpha = 4, 0.01, 0.02
+    rest, fi, fs = _strip(rows)
+    pin = np.zeros(len(rest))
+    pin[:2] = 1.0
+    params = ClothParams(substeps=4, iterations=iterations, stretch_compliance=alpha,
+                         shear_compliance=1e6, bend_compliance=1e9, tethers=False, air_drag=4.0)
+    model = build_model(rest, fi, fs, np.full(len(rest), m), pin, params)
+    state = model.new_state()
+    for _ in range(400):
+        step(model, state, None, 1 / 60, params)
+    x = state.positions_aos()
+    hang = x[0, 2] - x[-1, 2]
+    expected = rows * 0.25 + alpha * 9.81 * m * rows * (rows + 1) / 2
+    stretch = expected - rows * 0.25
+    assert stretch > 0.015  # the effect measured is far above float noise
+    assert abs(hang - expected) < 0.01 * stretch, (hang, expected)
+    assert np.abs(state.velocities).max() < 1e-3
+
+
+def test_bending_energy_zero_for_rigid_motion_and_matches_fold_formula():
+    rng = np.random.default_rng(1)
+    rest, fi, fs = oracles.grid_sheet(4, 4, plane="xy")
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.zeros(len(rest)), ClothParams())
+    assert len(model.bend) > 0
+    # Rigid motions of the flat rest pose.
+    q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    moved = rest @ q.T + np.array([3.0, -2.0, 7.0])
+    assert model.bending_energy(rest) < 1e-12
+    assert model.bending_energy(moved) < 1e-10
+    # Any non-rigid, out-of-plane change costs energy.
+    bumped = rest.copy()
+    bumped[12, 2] += 0.01
+    assert model.bending_energy(bumped) > 1e-6
+
+
+@pytest.mark.parametrize("theta", [0.05, 0.6, 1.5, 2.5])
+def test_bending_of_an_isometric_fold_equals_the_hinge_curvature(theta):
+    # Hinge of two triangles folded about the shared edge by theta: the
+    # element's C = sqrt(3 / (A0 + A1)) * 2 |e| sin(theta/2), from the normals.
+    rest = np.array([[0, 0, 0], [1, 0, 0], [0.3, 0.8, 0], [0.6, -0.7, 0]], dtype=float)
+    model = build_model(rest, np.array([0, 1, 2, 1, 0, 3]), np.array([3, 3]), np.ones(4), np.zeros(4))
+    assert len(model.bend) == 1
+    x = rest.copy()
+    c, s = np.cos(theta), np.sin(theta)
+    x[3] = [x[3, 0], c * x[3, 1], s * x[3, 1]]
+    area = 0.5 * (0.8 + 0.7)
+    expected_c = np.sqrt(3.0 / area) * oracles.hinge_fold_curvature(x[0], x[1], x[2], x[3])
+    assert model.bending_energy(x) == pytest.approx(0.5 * expected_c ** 2, rel=1e-6)
+    assert model.bending_energy(x) > 0
+
+
+def test_bending_rest_state_of_a_curved_rest_pose_is_zero():
+    # A folded (non-flat) rest pose: zero at rest and for its rigid motions.
+    rest, fi, fs = oracles.grid_sheet(4, 4, plane="xy")
+    rest[:, 2] = 0.3 * np.sin(rest[:, 0] * 3.0)
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.zeros(len(rest)))
+    q, _ = np.linalg.qr(np.random.default_rng(2).normal(size=(3, 3)))
+    assert model.bending_energy(rest) < 1e-12
+    assert model.bending_energy(rest @ q.T + 1.0) < 1e-9
+    assert model.bending_energy(rest * np.array([1.0, 1.0, 1.5])) > 1e-4
+
+
+def _batches(offsets):
+    return [(int(offsets[c]), int(offsets[c + 1])) for c in range(len(offsets) - 1)]
+
+
+def test_colouring_no_two_constraints_of_a_colour_share_a_vertex():
+    rest, fi, fs = oracles.grid_sheet(12, 9)
+    # Add an n-gon fan and triangles to the mix.
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.zeros(len(rest)))
+    classes = [(model.stretch.pairs, model.stretch.offsets), (model.shear.pairs, model.shear.offsets),
+               (model.bend.idx_aos, model.bend.offsets)]
+    for idx, offsets in classes:
+        assert offsets[-1] == len(idx)
+        assert len(offsets) - 1 < 20
+        for lo, hi in _batches(offsets):
+            verts = idx[lo:hi].ravel()
+            assert len(np.unique(verts)) == len(verts)
+    # The raw colouring also works for a high-valence fan (multi-word masks).
+    fan = np.array([[0, j] for j in range(1, 200)])
+    colour = topology.greedy_colour(fan, 200)
+    assert len(np.unique(colour)) == 199
+
+
+def _shuffled_within_colours(offsets, rng, m):
+    order = np.arange(m)
+    for lo, hi in _batches(offsets):
+        order[lo:hi] = lo + rng.permutation(hi - lo)
+    return order
+
+
+def test_coloured_solve_is_bit_identical_to_any_order_within_colours():
+    # Within a colour no constraint touches another's vertices, so the
+    # sequential loop over colour order and any reordering inside each colour
+    # (what a parallel batch does) give bit-identical results. Across colours
+    # order matters: the negative control shows the comparison can fail.
+    rng = np.random.default_rng(3)
+    rest, fi, fs = oracles.grid_sheet(10, 10)
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.zeros(len(rest)))
+    pos0 = (rest + rng.normal(scale=0.02, size=rest.shape)).T.astype(np.float32).copy()
+    prev = pos0.copy()
+
+    def run_distance(order):
+        a, b, wa, wb, r, lam = (arr[order] for arr in model.stretch.packed())
+        p = pos0.copy()
+        kernels.solve_distance(p, prev, a, b, wa, wb, r, lam, np.float32(1e-3), np.float32(0.1), True)
+        return p
+
+    def run_bend(order):
+        idx, k, wk, swk2, r, lam = model.bend.packed()
+        p = pos0.copy()
+        kernels.solve_bending(p, prev, np.ascontiguousarray(idx[:, order]), np.ascontiguousarray(k[:, order]),
+                              np.ascontiguousarray(wk[:, order]), swk2[order], r[order], lam[order].copy(),
+                              np.float32(1.0), np.float32(0.1), True)
+        return p
+
+    m_s, m_b = len(model.stretch), len(model.bend)
+    base_s, base_b = run_distance(np.arange(m_s)), run_bend(np.arange(m_b))
+    for _ in range(3):
+        assert np.array_equal(run_distance(_shuffled_within_colours(model.stretch.offsets, rng, m_s)), base_s)
+        assert np.array_equal(run_bend(_shuffled_within_colours(model.bend.offsets, rng, m_b)), base_b)
+    assert not np.array_equal(run_distance(rng.permutation(m_s)), base_s)
+    assert not np.array_equal(run_bend(rng.permutation(m_b)), base_b)
+
+
+def test_tethers_are_geodesic_and_never_exceeded():
+    rest, fi, fs = oracles.grid_sheet(12, 12)
+    pin = np.zeros(len(rest))
+    pin[:13] = 1.0
+    params = ClothParams(substeps=2, stretch_compliance=1e-3, tethers=True)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    # Geodesic length >= straight-line distance, equal straight down a column.
+    v, a = model.tether_vertex.astype(int), model.tether_anchor.astype(int)
+    straight = np.linalg.norm(rest[v] - rest[a], axis=1)
+    assert np.all(model.tether_length >= straight - 1e-6)
+    assert len(v) == len(rest) - 13
+    below = v[v % 13 == 5]
+    assert np.allclose(model.tether_length[np.isin(v, below)], rest[0, 2] - rest[below, 2], atol=1e-6)
+    state = model.new_state()
+    for i in range(90):
+        step(model, state, StepInputs(acceleration=(0.0, 30.0 * np.sin(i * 0.3), -20.0)), 1 / 60, params)
+        x = state.positions_aos().astype(np.float64)
+        d = np.linalg.norm(x[v] - x[a], axis=1)
+        assert np.all(d <= model.tether_length * params.tether_scale * (1 + 1e-4) + 1e-6)
+    # Without tethers the same scene over-stretches (the test can fail).
+    params.tethers = False
+    state = model.new_state()
+    for i in range(90):
+        step(model, state, StepInputs(acceleration=(0.0, 0.0, -20.0)), 1 / 60, params)
+    x = state.positions_aos().astype(np.float64)
+    assert np.any(np.linalg.norm(x[v] - x[a], axis=1) > model.tether_length * 1.01)
+
+
+def test_tethers_follow_the_mesh_not_a_straight_line():
+    # A U-shaped strip: the far arm's tip is close in space to the pinned
+    # tip of the other arm but far along the mesh.
+    rest, fi, fs = oracles.grid_sheet(1, 20, size=1.0)
+    rest = rest * np.array([0.05, 1.0, 1.0])
+    # bend it into a U: second half mirrored next to the first
+    z = rest[:, 2].copy()
+    fold = z < 0.5
+    rest[fold, 2] = 1.0 - z[fold]
+    rest[fold, 1] = 0.1
+    pin = np.zeros(len(rest))
+    pin[:2] = 1.0
+    model = build_model(rest, fi, fs, np.ones(len(rest)), pin)
+    v = model.tether_vertex.astype(int)
+    tip = np.flatnonzero(np.isin(v, [len(rest) - 2, len(rest) - 1]))
+    assert np.all(model.tether_length[tip] > 0.95)
+    assert np.all(np.linalg.norm(rest[v[tip]] - rest[model.tether_anchor[tip].astype(int)], axis=1) < 0.15)
+
+
+def test_edge_strain_oracle_agrees_with_model_rest_lengths():
+    rest, fi, fs = oracles.grid_sheet(3, 3)
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.zeros(len(rest)))
+    assert np.allclose(oracles.edge_strain(rest, model.stretch.pairs, rest), 0.0)
+    assert np.allclose(oracles.edge_strain(rest * 1.1, model.stretch.pairs, rest), 0.1)
+    assert np.allclose(model.stretch.rest, np.linalg.norm(rest[model.stretch.a] - rest[model.stretch.b], axis=1))
