@@ -176,6 +176,7 @@ def _probe(zip_path, out_path):
     import numba
 
     report["numba_file"] = numba.__file__
+    report["numba_version"] = numba.__version__
     report["llvmlite_file"] = sys.modules["llvmlite"].__file__
     report["numba_config_cache_dir"] = numba.config.CACHE_DIR
     report["cache_index_files"] = sorted(
@@ -302,6 +303,7 @@ def test_install_enables_the_addon_with_bundled_numba(probe):
     site = os.path.join(probe["user_resources"], "extensions", ".local", "lib")
     assert probe["numba_file"].startswith(site), probe["numba_file"]
     assert probe["llvmlite_file"].startswith(site), probe["llvmlite_file"]
+    assert probe["numba_version"] == _read_pins()["numba"]
 
 
 def test_numba_caches_in_the_extension_user_folder(probe):
