@@ -9,6 +9,7 @@ and the final swap happens once every object's data is complete.
 
 import errno
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -68,8 +69,7 @@ class _Item:
     vertices: int
     filepath: str = ""        # as stored in Blender ('//' relative when asked)
     abs_path: str = ""
-    writer: object = None     # PC2Writer
-    buffer: np.ndarray = None  # (frames, n, 3) for shape keys / Alembic
+    writer: object = None     # PC2Writer: every target streams its frames to a temporary PC2
     memo: dict = field(default_factory=dict)
     alembic_tmp: str = ""
     object_path: str = ""
@@ -136,16 +136,13 @@ class BakeJob:
 
     # -- opening temporary storage ------------------------------------------
     def begin(self):
-        self.validate() if not self.items else None
+        if not self.items:
+            self.validate()
         try:
             for item in self.items:
-                if item.target == 'PC2':
-                    item.writer = self._open_pc2(item)
-                elif item.target == 'ALEMBIC':
-                    self._check_folder(item)
+                item.writer = self._open_writer(item)
+                if item.target == 'ALEMBIC':
                     item.alembic_tmp = f"{item.abs_path}.tmp-{os.getpid()}.abc"
-                if item.target in ('SHAPE_KEYS', 'ALEMBIC'):
-                    item.buffer = np.empty((len(self.frames), item.vertices, 3), dtype=np.float32)
             for item in self.items:
                 st = item.obj.drape_bake
                 if st.baked or st.baked_target or item.obj.modifiers.get(install.MODIFIER_NAME):
@@ -166,12 +163,19 @@ class BakeJob:
         if not os.access(folder, os.W_OK):
             raise BakeError(f"'{item.name}': the cache folder {folder} is not writable")
 
-    def _open_pc2(self, item):
-        self._check_folder(item)
+    def _open_writer(self, item):
+        """Frames stream to disk, not memory (a long bake of a dense mesh is
+        gigabytes): next to the final file for PC2/Alembic, in the system's
+        temporary folder for shape keys (read back once, at the swap)."""
+        if item.target == 'SHAPE_KEYS':
+            path = os.path.join(tempfile.gettempdir(), f"drape_bake_{os.getpid()}_{safe_filename(item.name)}.pc2")
+        else:
+            self._check_folder(item)
+            path = item.abs_path if item.target == 'PC2' else f"{item.abs_path}.frames.pc2"
         try:
-            return pc2.PC2Writer(item.abs_path, item.vertices, self.frame_start, 1.0)
+            return pc2.PC2Writer(path, item.vertices, self.frame_start, 1.0)
         except OSError as exc:
-            raise BakeError(f"'{item.name}': cannot write {item.abs_path}: {exc.strerror or exc}") from exc
+            raise BakeError(f"'{item.name}': cannot write {path}: {exc.strerror or exc}") from exc
 
     # -- one frame ------------------------------------------------------------
     @property
@@ -184,16 +188,15 @@ class BakeJob:
         t = time.perf_counter()
         self.scene.frame_set(frame)
         if frame >= self.frame_start:
-            slot = frame - self.frame_start
             for item in self.items:
-                self._capture(item, slot)
+                self._capture(item)
         self.frame_times.append(time.perf_counter() - t)
         self.index += 1
         if self.log is not None and (self.index == self.total or self.index % 10 == 0 or self.index == 1):
             self.log(self.progress_text())
         return self.index >= self.total
 
-    def _capture(self, item, slot):
+    def _capture(self, item):
         try:
             obj_name = item.obj.name
         except ReferenceError:
@@ -211,14 +214,11 @@ class BakeJob:
         if positions is None or np.shape(positions) != (item.vertices, 3):
             raise BakeError(f"'{item.name}': the simulation gave positions of shape "
                             f"{np.shape(positions)}, the mesh has {item.vertices} vertices")
-        if item.writer is not None:
-            try:
-                item.writer.add(positions)
-            except OSError as exc:
-                why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-                raise BakeError(f"'{item.name}': writing {item.abs_path} failed: {why}") from exc
-        else:
-            item.buffer[slot] = positions
+        try:
+            item.writer.add(positions)
+        except OSError as exc:
+            why = "the disk is full" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+            raise BakeError(f"'{item.name}': writing {item.writer.tmp_path} failed: {why}") from exc
 
     def ms_per_frame(self):
         times = self.frame_times[-20:]
@@ -237,17 +237,16 @@ class BakeJob:
         """Completes the temporary data, then swaps it in for every object."""
         try:
             for item in self.items:
-                if item.writer is not None:
-                    try:
-                        item.writer.finish()
-                    except OSError as exc:
-                        raise BakeError(f"'{item.name}': finishing {item.abs_path} failed: "
-                                        f"{exc.strerror or exc}") from exc
-                elif item.target == 'ALEMBIC':
+                try:
+                    item.writer.finish()
+                except OSError as exc:
+                    raise BakeError(f"'{item.name}': finishing {item.writer.tmp_path} failed: "
+                                    f"{exc.strerror or exc}") from exc
+                if item.target == 'ALEMBIC':
                     try:
                         item.object_path = install.export_alembic(
-                            item.obj, self.frames, item.buffer, item.alembic_tmp)
-                    except (OSError, RuntimeError) as exc:
+                            item.obj, self.frames, self._samples(item), item.alembic_tmp)
+                    except (OSError, RuntimeError, ValueError) as exc:
                         raise BakeError(f"'{item.name}': Alembic export failed: {exc}") from exc
         except BaseException:
             self.abort()
@@ -270,14 +269,23 @@ class BakeJob:
         if old_abs and old_abs != item.abs_path and os.path.isfile(old_abs):
             os.unlink(old_abs)
         if item.target == 'SHAPE_KEYS':
-            install.install_shape_keys(obj, self.frames, item.buffer)
+            samples = self._samples(item)
+            install.install_shape_keys(obj, self.frames, samples)
+            del samples  # unmapped before the file goes (Windows refuses otherwise)
+            item.writer.discard()
         elif item.target == 'PC2':
             item.writer.commit()
             install.install_pc2(obj, item.filepath, self.frame_start, self.frame_end, item.vertices)
         else:
+            item.writer.discard()
             os.replace(item.alembic_tmp, item.abs_path)
-            install.install_alembic(obj, item.filepath, item.object_path, self.frame_start, self.frame_end, item.vertices)
-        item.buffer = None
+            install.install_alembic(obj, item.filepath, item.object_path, self.frame_start,
+                                    self.frame_end, item.vertices)
+
+    @staticmethod
+    def _samples(item):
+        """The finished temporary frames, (frames, n, 3) float32, memory-mapped."""
+        return pc2.samples(item.writer.tmp_path)
 
     def _drop(self):
         for item in self.items:
@@ -285,7 +293,6 @@ class BakeJob:
                 item.writer.discard()
             if item.alembic_tmp and os.path.exists(item.alembic_tmp):
                 os.unlink(item.alembic_tmp)
-            item.buffer = None
 
     def abort(self):
         """Drops everything captured and puts the old bakes and the frame back."""

@@ -53,6 +53,16 @@ def read(path):
     return head, data.reshape(head["num_samples"], head["num_points"], 3)
 
 
+def samples(path):
+    """The samples of a complete file as a read-only memory map,
+    (num_samples, num_points, 3) float32: nothing is loaded until read."""
+    head = read_header(path)
+    shape = (head["num_samples"], head["num_points"], 3)
+    if os.path.getsize(path) != HEADER_SIZE + 12 * shape[0] * shape[1]:
+        raise ValueError(f"{path}: size does not match its header")
+    return np.memmap(path, dtype="<f4", mode="r", offset=HEADER_SIZE, shape=shape)
+
+
 class PC2Writer:
     """Streams samples to ``<final>.tmp-<pid>``; :meth:`commit` renames it into place.
 
@@ -107,3 +117,5 @@ class PC2Writer:
             os.unlink(self.tmp_path)
         except FileNotFoundError:
             pass
+        except OSError as exc:  # e.g. still mapped on Windows: a stray temp file, not a failed bake
+            print(f"Drape: could not remove the temporary file {self.tmp_path}: {exc}")

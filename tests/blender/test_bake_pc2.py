@@ -31,6 +31,7 @@ def test_header_layout_and_samples_match_the_format(tmp_path):
     head, data = pc2.read(path)
     assert head["num_samples"] == 7
     np.testing.assert_array_equal(data, samples)
+    np.testing.assert_array_equal(pc2.samples(path), samples)
 
 
 def test_discard_leaves_an_existing_cache_untouched(tmp_path):
