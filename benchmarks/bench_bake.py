@@ -5,7 +5,9 @@ The frame source is a table of precomputed positions (a lookup, no solver),
 so what is measured is the bake's own cost: for each repetition, the time of
 a full bake (begin, every frame, finish and swap) minus the time of the same
 frame_set + read loop without baking, divided by the frame count. Medians of
-REPEATS repetitions. The machine is shared: read the numbers as noisy.
+REPEATS repetitions. Then the same with the real simulation (scene.runtime on
+a dense grid simulated through an automatic coarse mesh): bake time minus
+plain playback time per frame. The machine is shared: read the numbers as noisy.
 
     .venv/bin/python benchmarks/bench_bake.py [--frames 100] [--repeats 3]
 """
@@ -38,6 +40,8 @@ def main():
     ap.add_argument("--frames", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--grid", type=int, default=100, help="grid subdivisions (100 -> 10 201 vertices)")
+    ap.add_argument("--solver-frames", type=int, default=48,
+                    help="frames of the with-solver cases (0 skips them)")
     args = ap.parse_args()
 
     from drape.bake import install, job as bake_job
@@ -112,6 +116,67 @@ def main():
             "target_ms_per_frame": 2.0 if target != 'ALEMBIC' else None,
         }), flush=True)
     bake_job.set_frame_source(None)
+    if args.solver_frames:
+        _with_solver(args, threads)
+
+
+def _with_solver(args, threads):
+    """The same overhead with the real simulation: a dense grid simulated
+    through an automatic coarse mesh and skinned (scene.runtime), baked
+    vs. simply played (frame_set) over the same frames."""
+    from drape.bake import install, job as bake_job
+
+    obj = _setup(args.grid)
+    scene = bpy.context.scene
+    frames = args.solver_frames
+    scene.frame_start, scene.frame_end = 1, frames
+    co = np.empty(len(obj.data.vertices) * 3, np.float32)
+    obj.data.vertices.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    group = obj.vertex_groups.new(name="pin")
+    group.add([int(i) for i in np.flatnonzero(co[:, 1] > co[:, 1].max() - 1e-6)], 1.0, 'REPLACE')
+    obj.select_set(True)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    obj.drape.sim_source = 'AUTO'
+    obj.drape.vertex_budget = 1000
+    tmp = tempfile.mkdtemp(prefix="drape_bench_bake_solver_")
+    bpy.ops.wm.save_as_mainfile(filepath=os.path.join(tmp, "solver.blend"))
+
+    def play():
+        scene.frame_set(1)
+        t = time.perf_counter()
+        for f in range(2, frames + 1):
+            scene.frame_set(f)
+        return (time.perf_counter() - t) / (frames - 1) * 1e3
+
+    play()  # compile and build once
+    for target in ('PC2', 'SHAPE_KEYS'):
+        played, baked = [], []
+        for _ in range(args.repeats):
+            played.append(play())
+            scene.frame_set(1)
+            job = bake_job.BakeJob(scene, [obj], 2, frames, target=target, folder=tmp + "/cache")
+            job.validate().begin()
+            t = time.perf_counter()
+            while not job.step():
+                pass
+            job.finish()
+            baked.append((time.perf_counter() - t) / (frames - 1) * 1e3)
+            install.free(obj, delete_files=True)
+        over = [b - p for b, p in zip(baked, played)]
+        print(json.dumps({
+            "scene": f"bake_{target.lower()}_with_solver_grid{args.grid}",
+            "target": target,
+            "vertices": len(obj.data.vertices),
+            "sim_vertex_budget": obj.drape.vertex_budget,
+            "frames": frames - 1,
+            "substeps": obj.drape.substeps if hasattr(obj.drape, "substeps") else None,
+            "threads": threads,
+            "ms_per_step_median": round(statistics.median(played), 3),
+            "bake_ms_per_frame_median": round(statistics.median(baked), 3),
+            "overhead_ms_per_frame_median": round(statistics.median(over), 3),
+            "overhead_ms_per_frame_all": [round(x, 3) for x in over],
+        }), flush=True)
 
 
 if __name__ == "__main__":
