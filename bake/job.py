@@ -105,6 +105,7 @@ class BakeJob:
 
     # -- checks that change nothing ---------------------------------------
     def validate(self):
+        self.items = []
         if not self.objects:
             raise BakeError("Nothing to bake: no Drape cloth among the chosen objects")
         if self.frame_end < self.frame_start:
@@ -168,7 +169,9 @@ class BakeJob:
         gigabytes): next to the final file for PC2/Alembic, in the system's
         temporary folder for shape keys (read back once, at the swap)."""
         if item.target == 'SHAPE_KEYS':
-            path = os.path.join(tempfile.gettempdir(), f"drape_bake_{os.getpid()}_{safe_filename(item.name)}.pc2")
+            index = self.items.index(item)
+            path = os.path.join(tempfile.gettempdir(),
+                                f"drape_bake_{os.getpid()}_{index}_{safe_filename(item.name)}.pc2")
         else:
             self._check_folder(item)
             path = item.abs_path if item.target == 'PC2' else f"{item.abs_path}.frames.pc2"
