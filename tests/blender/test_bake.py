@@ -651,3 +651,47 @@ def test_headless_bakes_a_real_drape_cloth(empty_scene, tmp_path, source_guard):
         scene.frame_set(f)
         if f in (8, 16):
             np.testing.assert_allclose(baked[("Cape", f)], evaluated_co(cape), atol=1e-5, rtol=0)
+
+
+def test_subframes_interpolate_linearly_for_motion_blur(shot):
+    scene = shot["scene"]
+    bake_all(scene)
+    for target in ('SHAPE_KEYS', 'PC2'):
+        obj = shot["objs"][target]
+        scene.frame_set(5, subframe=0.5)
+        want = 0.5 * (shot["src"].expected(obj.name, 5).astype(np.float64) + shot["src"].expected(obj.name, 6))
+        np.testing.assert_allclose(evaluated_co(obj), want, atol=1e-5, rtol=0, err_msg=target)
+
+
+class _Layout:
+    """Records what a panel draws."""
+
+    def __init__(self, log):
+        self.__dict__["log"] = log
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            self.log.append((name, args, kw))
+            return _Layout(self.log)
+        return call
+
+    def __setattr__(self, name, value):
+        self.log.append(("set", name, value))
+
+
+def test_bake_panel_draws_settings_and_state(shot):
+    from types import SimpleNamespace
+
+    from drape.panels import bake as bake_panels
+
+    obj = shot["objs"]['PC2']
+    log = []
+    bake_panels._draw(_Layout(log), SimpleNamespace(active_object=obj))
+    props = [c[1][1] for c in log if c[0] == "prop"]
+    assert props[:3] == ["target", "folder", "use_scene_range"]
+    assert [c[1][0] for c in log if c[0] == "operator"] == ["drape.bake", "drape.bake_free", "drape.bake", "drape.bake"]
+    bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
+    log.clear()
+    bake_panels._draw(_Layout(log), SimpleNamespace(active_object=obj))
+    labels = [c[2].get("text") for c in log if c[0] == "label"]
+    assert "Baked to Point Cache (PC2): frames 1-24" in labels and "//drape_cache/ClothPC2.pc2" in labels
