@@ -5,6 +5,7 @@ be simulated. Every problem an artist can cause becomes a
 import numpy as np
 
 from . import writeback
+from ._kernels import affine
 
 
 class DrapeInputError(ValueError):
@@ -82,23 +83,12 @@ def matrix_np(matrix):
     return np.array(matrix, dtype=np.float64)
 
 
-def _affine(points, m):
-    """points @ m[:3, :3].T + m[:3, 3] without BLAS (a (3, 3) product through
-    BLAS costs milliseconds when its thread pool competes with numba's)."""
-    m = m.astype(np.float32)
-    out = np.empty(points.shape, np.float32)
-    out[:] = m[:3, 3]
-    for k in range(3):
-        out += points[:, k, None] * m[:3, k]
-    return out
-
-
 def to_world(local, matrix):
-    return _affine(np.asarray(local, np.float32), matrix_np(matrix))
+    return affine(local, matrix_np(matrix))
 
 
 def to_local(world, matrix):
-    return _affine(np.asarray(world, np.float32), matrix_np(matrix.inverted_safe()))
+    return affine(world, matrix_np(matrix.inverted_safe()))
 
 
 class Sample:

@@ -226,6 +226,10 @@ def _build(obj, scene, depsgraph, uid):
 
     mass = solver.vertex_masses(rest, faces, sizes, settings.areal_density, weight=np.maximum(mass_w, 1e-2))
     entry.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm)
+    if settings.self_collision:
+        from ..solver.selfcollision import SelfCollision
+
+        entry.model.self_collision = SelfCollision.from_model(entry.model, **_self_params(settings))
     entry.state = entry.model.new_state()
     entry.coarse_rest = np.ascontiguousarray(rest, np.float32)
     if entry.source != 'SELF':
@@ -239,6 +243,11 @@ def _build(obj, scene, depsgraph, uid):
     entry.prev_targets = rest.astype(np.float32)
     entry.prev_colliders = colliders_mod.read(scene, depsgraph)
     return entry
+
+
+def _self_params(settings):
+    return dict(thickness=max(settings.self_thickness, 1e-5), friction=settings.self_friction,
+                conservativeness=settings.self_conservativeness)
 
 
 def _reset(entry, obj, scene, depsgraph):
@@ -284,8 +293,12 @@ def _advance(entry, obj, scene, depsgraph, frame):
                               f"({entry.dense_count} -> {dense.positions.shape[0]}); go to the start frame")
     targets, pin_w = _coarse_frame(entry, obj, depsgraph, dense)
     col_end = colliders_mod.read(scene, depsgraph)
-    air = wind.wind_velocity(scene, depsgraph, entry.state.positions_aos(), frame)
+    air = None
+    if wind.wind_fields(scene):
+        air = wind.wind_velocity(scene, depsgraph, entry.state.positions.T, frame)
     prm = params.cloth_params(settings, scene, solver)
+    if entry.model.self_collision is not None:  # thickness, friction... change without a rebuild
+        entry.model.self_collision.set_params(**_self_params(settings))
     fps = scene.render.fps / scene.render.fps_base
     dt = 1.0 / fps
     read_ms = (time.perf_counter() - t0) * 1e3

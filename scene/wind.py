@@ -17,6 +17,8 @@ strength with a smooth, deterministic space-time noise seeded by ``seed``.
 
 import numpy as np
 
+from ._kernels import wind_field_kernel
+
 
 def wind_fields(scene):
     out = []
@@ -30,62 +32,27 @@ def wind_fields(scene):
     return out
 
 
-def _falloff(distance, power, use_min, dmin, use_max, dmax):
-    d = np.asarray(distance, np.float64)
-    dmin = dmin if use_min else 0.0
-    if use_max:
-        span = dmax - dmin
-        if span <= 0:
-            return np.where(d < dmin, 1.0, 0.0)
-        t = np.clip((d - dmin) / span, 0.0, None)
-        f = np.where(t > 1.0, 0.0, 1.0 - t ** max(power, 1e-6))
-        return np.where(d < dmin, 1.0, f)
-    if power == 0.0:
-        return np.ones_like(d)
-    return np.where(d < dmin, 1.0, (1.0 + np.maximum(d - dmin, 0.0)) ** -power)
+_SHAPES = {'POINT': 0, 'LINE': 1}
+_FALLOFFS = {'SPHERE': 0, 'TUBE': 1, 'CONE': 2}
+_Z = {'BOTH': 0, 'POSITIVE': 1, 'NEGATIVE': -1}
 
 
-def _noise(points, frame, seed):
-    """Smooth space-time noise in [-1, 1]."""
-    s = float(seed) * 0.7311
-    p = points.astype(np.float64)
-    n1 = np.sin(p @ np.array((1.7, 2.3, 1.1)) + 0.91 * frame + s)
-    n2 = np.sin(p @ np.array((-2.9, 0.6, 2.1)) - 0.57 * frame + 2.0 * s)
-    return 0.5 * (n1 + n2)
-
-
-def sample_field(obj_eval, field, points, frame):
+def sample_field(obj_eval, field, points, frame, out=None):
+    """Add ``field``'s wind velocity at ``points`` (n, 3) into ``out``."""
+    if out is None:
+        out = np.zeros((points.shape[0], 3), np.float32)
     m = np.array(obj_eval.matrix_world, dtype=np.float64)
-    origin = m[:3, 3]
-    axis = m[:3, 2]
-    axis = axis / max(float(np.linalg.norm(axis)), 1e-12)
-    rel = points.astype(np.float64) - origin
-    axial = rel @ axis
-    radial = np.linalg.norm(rel - axial[:, None] * axis, axis=1)
-    shape = field.shape
-    if shape == 'POINT':
-        distance = np.linalg.norm(rel, axis=1)
-    elif shape == 'LINE':
-        distance = radial
-    else:  # PLANE, SURFACE, POINTS: distance along the wind axis
-        distance = np.abs(axial)
-    factor = _falloff(distance, field.falloff_power, field.use_min_distance, field.distance_min,
-                      field.use_max_distance, field.distance_max)
-    if field.falloff_type == 'TUBE':
-        factor = factor * _falloff(radial, field.radial_falloff, field.use_radial_min, field.radial_min,
-                                   field.use_radial_max, field.radial_max)
-    elif field.falloff_type == 'CONE':
-        angle = np.degrees(np.arctan2(radial, np.abs(axial)))
-        factor = factor * _falloff(angle, field.radial_falloff, field.use_radial_min, field.radial_min,
-                                   field.use_radial_max, field.radial_max)
-    if field.z_direction == 'POSITIVE':
-        factor = np.where(axial >= 0.0, factor, 0.0)
-    elif field.z_direction == 'NEGATIVE':
-        factor = np.where(axial <= 0.0, factor, 0.0)
-    speed = field.strength * factor
-    if field.noise > 0.0:
-        speed = speed * (1.0 + field.noise * _noise(points, frame, field.seed))
-    return speed[:, None] * axis[None, :]
+    axis = m[:3, 2] / max(float(np.linalg.norm(m[:3, 2])), 1e-12)
+    wind_field_kernel(
+        np.asarray(points, np.float32), m[:3, 3].copy(), axis.copy(),
+        _SHAPES.get(field.shape, 2), _FALLOFFS.get(field.falloff_type, 0),
+        float(field.falloff_power), float(field.distance_min) if field.use_min_distance else 0.0,
+        bool(field.use_max_distance), float(field.distance_max),
+        float(field.radial_falloff), float(field.radial_min) if field.use_radial_min else 0.0,
+        bool(field.use_radial_max), float(field.radial_max),
+        _Z.get(field.z_direction, 0), float(field.strength), float(field.noise), float(field.seed),
+        float(frame), out)
+    return out
 
 
 def wind_velocity(scene, depsgraph, points, frame):
@@ -93,7 +60,7 @@ def wind_velocity(scene, depsgraph, points, frame):
     fields = wind_fields(scene)
     if not fields:
         return None
-    total = np.zeros((points.shape[0], 3), np.float64)
+    total = np.zeros((points.shape[0], 3), np.float32)
     for obj in fields:
-        total += sample_field(obj.evaluated_get(depsgraph), obj.field, points, frame)
-    return total.astype(np.float32)
+        sample_field(obj.evaluated_get(depsgraph), obj.field, points, frame, total)
+    return total

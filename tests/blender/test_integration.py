@@ -537,3 +537,24 @@ def test_undo_after_cloth_add_leaves_nothing(empty_scene, tmp_path):
     assert not runtime._registry and _handler_count() == handlers
     play(bpy.context.scene, range(1, 3))
     assert not runtime._registry
+
+
+def test_self_collision_settings_reach_the_solver(empty_scene):
+    from drape.solver import selfcollision
+
+    sheet, _ = hanging_sheet(n=10)
+    select_only(sheet)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    scene = empty_scene
+    play(scene, range(1, 3))
+    assert runtime.get(sheet).model.self_collision is None
+    sheet.drape.self_collision = True  # a rest-state setting: rebuilds with contacts
+    sheet.drape.self_thickness = 0.012
+    play(scene, range(3, 5))
+    entry = runtime.get(sheet)
+    sc = entry.model.self_collision
+    assert isinstance(sc, selfcollision.SelfCollision) and entry.builds == 2
+    assert float(np.max(sc.thickness)) == pytest.approx(0.012)
+    sheet.drape.self_friction = 0.7  # mid-play: no rebuild
+    scene.frame_set(5)
+    assert runtime.get(sheet) is entry and float(np.max(entry.model.self_collision.friction)) == pytest.approx(0.7)
