@@ -13,6 +13,7 @@ module level, so the file also runs as a script in a Python without pytest.
 
 import importlib
 import importlib.abc
+import importlib.util
 import importlib.machinery
 import json
 import os
@@ -263,6 +264,15 @@ def _read_pins():
         if sep and name.strip() in ("numba", "llvmlite"):
             pins[name.strip()] = version.split("#")[0].strip()
     return pins
+
+
+def test_blenders_validator_accepts_the_zip(extension_zip):
+    spec = importlib.util.spec_from_file_location("build_extension", ROOT / "tools" / "build_extension.py")
+    build_extension = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_extension)
+    tool = build_extension.find_builder(_real_blender())
+    proc = subprocess.run([*tool, "validate", str(extension_zip)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "FATAL" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
 def test_zip_holds_the_addon_and_its_linux_wheels_only(extension_zip):
