@@ -83,11 +83,22 @@ class Binding:
             self.pinned_indices = np.zeros(0, np.int32)
         else:
             self.pinned_indices = np.flatnonzero(self.pin_weight > 0.0).astype(np.int32)
+        # Skin in three passes, cheapest first: vertices on the coarse surface
+        # (no offset: the Phong point only), offset along the normal only,
+        # and the rest (tangential offsets: frills, parts beyond a hem).
+        off = self.offset
+        along_normal = (off[1] == 0.0) & (off[2] == 0.0)
+        kind = np.where(along_normal, np.where(off[0] == 0.0, 0, 1), 2)
+        order = np.argsort(kind, kind="stable").astype(np.int32)
         n_tris = self.coarse_triangles.shape[0]
         self._scratch = {
+            "order": order,
+            "class_start": np.searchsorted(kind[order], np.arange(4)).astype(np.int64),
+            "triangle": np.ascontiguousarray(self.triangle[order]),
+            "bary": np.ascontiguousarray(self.bary[:, order]),
+            "offset": np.ascontiguousarray(self.offset[:, order]),
             "face": np.empty((n_tris, 3), np.float32),
-            "normals": np.empty((self.n_coarse, 3), np.float32),
-            "records": np.empty((n_tris, _RECORD), np.float32),
+            "corner": np.zeros((self.n_coarse, _CORNER), np.float32),
         }
 
     @property
@@ -99,32 +110,32 @@ class Binding:
 # geometry kernels shared by bind and skin (must stay identical: bind stores
 # offsets relative to exactly the surface skin rebuilds)
 #
-# Phong tessellation of a triangle is a quadratic patch: with pi_i the
-# projection onto corner i's tangent plane (affine) and sum_j w_j = 1,
-#   phong(w) = sum_i w_i pi_i(sum_j w_j p_j) = sum_i sum_j w_i w_j pi_i(p_j)
-# so  S(w) = sum_i w_i^2 p_i + sum_{i<j} w_i w_j E_ij  with the edge points
-#   E_ij = p_i + p_j - alpha ((d.n_i) n_i - (d.n_j) n_j),  d = p_j - p_i
-# (alpha = 0 gives the flat triangle). skin builds one record per coarse
-# triangle per frame, then each dense vertex costs a few dozen FMAs.
+# Per frame, one pass over the coarse mesh packs each vertex's position and
+# smooth normal into `corner` (c, 8): [x, y, z, nx, ny, nz, -, -], 32 bytes,
+# so a dense vertex reads its three corners from three short contiguous runs.
+# The Phong point (alpha-blended with the flat one):
+#   S = f - alpha * sum_i w_i n_i ((f - p_i) . n_i),   f = sum_i w_i p_i
+# The frame at S: N = normalise(sum_i w_i n_i + 1e-6 F) (the tiny face-normal
+# term keeps N finite where corner normals cancel, without a branch),
+# T = unit first edge, B = F x T, F = unit face normal; offsets (on, ot, ob)
+# place the dense vertex at S + on N + ot T + ob B.
 #
-# The surface frame at a point: N = normalise(sum_i w_i n_i + 1e-6 F) (the
-# tiny face-normal term keeps N finite where corner normals cancel, without a
-# branch), T = unit first edge, B = F x T, F = unit face normal. Offsets are
-# stored as (on, ot, ob) with  x = S + on N + ot T + ob B.
-#
-# error_model="numpy": no Python zero-division checks, so LLVM may vectorise.
+# error_model="numpy": no Python zero-division checks in the hot loops.
 
-# Layout of a triangle record (float[36]).
-_P0, _P1, _P2, _E01, _E12, _E02, _N0, _N1, _N2, _TAN, _BIT, _FACE = range(0, 36, 3)
-_RECORD = 36
-_FACE_EPS = 1e-6
+# float32 constants: a float64 literal would drag the float32 per-frame
+# kernels into float64 and conversions (bind's float64 data stays float64).
+_FACE_EPS = np.float32(1e-6)
+_ONE = np.float32(1.0)
+_ZERO = np.float32(0.0)
+_TINY = np.float32(1e-30)
+_CORNER = 8
 _KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
 
 
 @njit(**_KERNEL)
-def _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals):
-    """Unit vertex normals (c, 3), weighted by corner angle; face (t, 3) gets
-    the unit face normals.
+def _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner):
+    """Positions and unit vertex normals (weighted by corner angle) into
+    `corner`; `face` (t, 3) is scratch for the unit face normals.
 
     Angle weights (as Blender's own vertex normals) keep a cylinder's normals
     radial even on a boundary row, where area weights tilt them towards the
@@ -145,14 +156,14 @@ def _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, norma
         fx = e1y * e2z - e1z * e2y
         fy = e1z * e2x - e1x * e2z
         fz = e1x * e2y - e1y * e2x
-        inv = 1.0 / np.sqrt(max(fx * fx + fy * fy + fz * fz, 1e-36))
+        inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
         face[t, 0] = fx * inv
         face[t, 1] = fy * inv
         face[t, 2] = fz * inv
-    for i in range(normals.shape[0]):
-        sx = 0.0
-        sy = 0.0
-        sz = 0.0
+    for i in range(corner.shape[0]):
+        sx = _ZERO
+        sy = _ZERO
+        sz = _ZERO
         for s in range(vt_start[i], vt_start[i + 1]):
             t = vt_items[s]
             w = vt_weight[s]
@@ -161,97 +172,75 @@ def _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, norma
             sz += w * face[t, 2]
         # A vertex whose fan has no area keeps a zero normal: its tangent
         # plane projection then vanishes and the face term sets N.
-        inv = 1.0 / np.sqrt(max(sx * sx + sy * sy + sz * sz, 1e-36))
-        normals[i, 0] = sx * inv
-        normals[i, 1] = sy * inv
-        normals[i, 2] = sz * inv
-
-
-@njit(**_KERNEL)
-def _triangle_records(px, py, pz, normals, tris, face, alpha, records):
-    """Per coarse triangle: corners, Phong edge points, corner normals and
-    the frame (T, B, F); see the layout above."""
-    for t in range(tris.shape[0]):
-        for corner in range(3):
-            v = tris[t, corner]
-            records[t, 3 * corner] = px[v]
-            records[t, 3 * corner + 1] = py[v]
-            records[t, 3 * corner + 2] = pz[v]
-            records[t, _N0 + 3 * corner] = normals[v, 0]
-            records[t, _N0 + 3 * corner + 1] = normals[v, 1]
-            records[t, _N0 + 3 * corner + 2] = normals[v, 2]
-        for edge in range(3):
-            # edges (0, 1), (1, 2), (0, 2) -> slots E01, E12, E02
-            i = 0 if edge != 1 else 1
-            j = 1 if edge == 0 else 2
-            dx = records[t, 3 * j] - records[t, 3 * i]
-            dy = records[t, 3 * j + 1] - records[t, 3 * i + 1]
-            dz = records[t, 3 * j + 2] - records[t, 3 * i + 2]
-            nix = records[t, _N0 + 3 * i]
-            niy = records[t, _N0 + 3 * i + 1]
-            niz = records[t, _N0 + 3 * i + 2]
-            njx = records[t, _N0 + 3 * j]
-            njy = records[t, _N0 + 3 * j + 1]
-            njz = records[t, _N0 + 3 * j + 2]
-            di = alpha * (dx * nix + dy * niy + dz * niz)
-            dj = alpha * (dx * njx + dy * njy + dz * njz)
-            for k in range(3):
-                ni = nix if k == 0 else (niy if k == 1 else niz)
-                nj = njx if k == 0 else (njy if k == 1 else njz)
-                records[t, _E01 + 3 * edge + k] = (
-                    records[t, 3 * i + k] + records[t, 3 * j + k] - (di * ni - dj * nj))
-        fx = face[t, 0]
-        fy = face[t, 1]
-        fz = face[t, 2]
-        ex = records[t, _P1] - records[t, _P0]
-        ey = records[t, _P1 + 1] - records[t, _P0 + 1]
-        ez = records[t, _P1 + 2] - records[t, _P0 + 2]
-        # Degenerate edge or face: T and B may collapse to zero, which only
-        # drops the (tiny) tangential offsets of vertices on that triangle.
-        dot = ex * fx + ey * fy + ez * fz
-        ex -= dot * fx
-        ey -= dot * fy
-        ez -= dot * fz
-        inv = 1.0 / np.sqrt(max(ex * ex + ey * ey + ez * ez, 1e-36))
-        ex *= inv
-        ey *= inv
-        ez *= inv
-        records[t, _TAN] = ex
-        records[t, _TAN + 1] = ey
-        records[t, _TAN + 2] = ez
-        records[t, _BIT] = fy * ez - fz * ey
-        records[t, _BIT + 1] = fz * ex - fx * ez
-        records[t, _BIT + 2] = fx * ey - fy * ex
-        records[t, _FACE] = fx
-        records[t, _FACE + 1] = fy
-        records[t, _FACE + 2] = fz
+        inv = _ONE / np.sqrt(max(sx * sx + sy * sy + sz * sz, _TINY))
+        corner[i, 0] = px[i]
+        corner[i, 1] = py[i]
+        corner[i, 2] = pz[i]
+        corner[i, 3] = sx * inv
+        corner[i, 4] = sy * inv
+        corner[i, 5] = sz * inv
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _surface_point(records, t, w0, w1, w2):
-    """Phong point S and unit normal N at barycentrics w of triangle t."""
-    q0 = w0 * w0
-    q1 = w1 * w1
-    q2 = w2 * w2
-    q01 = w0 * w1
-    q12 = w1 * w2
-    q02 = w0 * w2
-    sx = (q0 * records[t, _P0] + q1 * records[t, _P1] + q2 * records[t, _P2]
-          + q01 * records[t, _E01] + q12 * records[t, _E12] + q02 * records[t, _E02])
-    sy = (q0 * records[t, _P0 + 1] + q1 * records[t, _P1 + 1] + q2 * records[t, _P2 + 1]
-          + q01 * records[t, _E01 + 1] + q12 * records[t, _E12 + 1]
-          + q02 * records[t, _E02 + 1])
-    sz = (q0 * records[t, _P0 + 2] + q1 * records[t, _P1 + 2] + q2 * records[t, _P2 + 2]
-          + q01 * records[t, _E01 + 2] + q12 * records[t, _E12 + 2]
-          + q02 * records[t, _E02 + 2])
-    nx = (w0 * records[t, _N0] + w1 * records[t, _N1] + w2 * records[t, _N2]
-          + _FACE_EPS * records[t, _FACE])
-    ny = (w0 * records[t, _N0 + 1] + w1 * records[t, _N1 + 1] + w2 * records[t, _N2 + 1]
-          + _FACE_EPS * records[t, _FACE + 1])
-    nz = (w0 * records[t, _N0 + 2] + w1 * records[t, _N1 + 2] + w2 * records[t, _N2 + 2]
-          + _FACE_EPS * records[t, _FACE + 2])
-    inv = 1.0 / np.sqrt(max(nx * nx + ny * ny + nz * nz, 1e-36))
-    return sx, sy, sz, nx * inv, ny * inv, nz * inv
+def _patch(corner, tris, t, w0, w1, w2, alpha):
+    """Phong point S, unit normal N, face normal F, tangent T of triangle t
+    at barycentrics w. Unused results are dropped by the compiler."""
+    a = tris[t, 0]
+    b = tris[t, 1]
+    c = tris[t, 2]
+    ax = corner[a, 0]
+    ay = corner[a, 1]
+    az = corner[a, 2]
+    anx = corner[a, 3]
+    any_ = corner[a, 4]
+    anz = corner[a, 5]
+    bx = corner[b, 0]
+    by = corner[b, 1]
+    bz = corner[b, 2]
+    bnx = corner[b, 3]
+    bny = corner[b, 4]
+    bnz = corner[b, 5]
+    cx = corner[c, 0]
+    cy = corner[c, 1]
+    cz = corner[c, 2]
+    cnx = corner[c, 3]
+    cny = corner[c, 4]
+    cnz = corner[c, 5]
+    fx = w0 * ax + w1 * bx + w2 * cx
+    fy = w0 * ay + w1 * by + w2 * cy
+    fz = w0 * az + w1 * bz + w2 * cz
+    da = alpha * w0 * ((fx - ax) * anx + (fy - ay) * any_ + (fz - az) * anz)
+    db = alpha * w1 * ((fx - bx) * bnx + (fy - by) * bny + (fz - bz) * bnz)
+    dc = alpha * w2 * ((fx - cx) * cnx + (fy - cy) * cny + (fz - cz) * cnz)
+    sx = fx - (da * anx + db * bnx + dc * cnx)
+    sy = fy - (da * any_ + db * bny + dc * cny)
+    sz = fz - (da * anz + db * bnz + dc * cnz)
+
+    e1x = bx - ax
+    e1y = by - ay
+    e1z = bz - az
+    e2x = cx - ax
+    e2y = cy - ay
+    e2z = cz - az
+    Fx = e1y * e2z - e1z * e2y
+    Fy = e1z * e2x - e1x * e2z
+    Fz = e1x * e2y - e1y * e2x
+    inv = _ONE / np.sqrt(max(Fx * Fx + Fy * Fy + Fz * Fz, _TINY))
+    Fx *= inv
+    Fy *= inv
+    Fz *= inv
+    nx = w0 * anx + w1 * bnx + w2 * cnx + _FACE_EPS * Fx
+    ny = w0 * any_ + w1 * bny + w2 * cny + _FACE_EPS * Fy
+    nz = w0 * anz + w1 * bnz + w2 * cnz + _FACE_EPS * Fz
+    inv = _ONE / np.sqrt(max(nx * nx + ny * ny + nz * nz, _TINY))
+    nx *= inv
+    ny *= inv
+    nz *= inv
+    # e1 is orthogonal to F already; a zero-length edge gives T = 0, which
+    # only drops the (tiny) tangential offsets of vertices on that triangle.
+    inv = _ONE / np.sqrt(max(e1x * e1x + e1y * e1y + e1z * e1z, _TINY))
+    return (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, e1x * inv, e1y * inv, e1z * inv,
+            fx, fy, fz)
 
 
 @njit(inline="always", fastmath=True)
@@ -384,7 +373,7 @@ def _cell_index(value, origin, cell, dim):
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def _bind_kernel(px, py, pz, tris, records, qx, qy, qz, origin, cell, dims,
+def _bind_kernel(px, py, pz, tris, corner, alpha, qx, qy, qz, origin, cell, dims,
                  cell_start, cell_items, iterations, out_tri, out_bary, out_offset):
     ny_ = dims[1]
     nz_ = dims[2]
@@ -458,32 +447,29 @@ def _bind_kernel(px, py, pz, tris, records, qx, qy, qz, origin, cell, dims,
             ring += 1
 
         t = best_t
+        a = tris[t, 0]
+        b = tris[t, 1]
+        c = tris[t, 2]
         # Slide the flat closest point over the Phong surface until the dense
         # vertex lies along the interpolated normal, staying inside the
         # triangle (Gauss-Newton with the flat triangle as the Jacobian).
         for _ in range(iterations):
-            sx, sy, sz, Nx, Ny, Nz = _surface_point(records, t, b0, b1, b2)
+            (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
+             fx, fy, fz) = _patch(corner, tris, t, b0, b1, b2, alpha)
             rx = x - sx
             ry = y - sy
             rz = z - sz
             rn = rx * Nx + ry * Ny + rz * Nz
-            fx = b0 * records[t, _P0] + b1 * records[t, _P1] + b2 * records[t, _P2]
-            fy = b0 * records[t, _P0 + 1] + b1 * records[t, _P1 + 1] + b2 * records[t, _P2 + 1]
-            fz = b0 * records[t, _P0 + 2] + b1 * records[t, _P1 + 2] + b2 * records[t, _P2 + 2]
             _, b0, b1, b2 = _closest_on_triangle(
                 fx + rx - rn * Nx, fy + ry - rn * Ny, fz + rz - rn * Nz,
-                records[t, _P0], records[t, _P0 + 1], records[t, _P0 + 2],
-                records[t, _P1], records[t, _P1 + 1], records[t, _P1 + 2],
-                records[t, _P2], records[t, _P2 + 1], records[t, _P2 + 2])
-        sx, sy, sz, Nx, Ny, Nz = _surface_point(records, t, b0, b1, b2)
+                px[a], py[a], pz[a], px[b], py[b], pz[b], px[c], py[c], pz[c])
+        (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
+         fx, fy, fz) = _patch(corner, tris, t, b0, b1, b2, alpha)
         rx = x - sx
         ry = y - sy
         rz = z - sz
         # Solve r = on N + ot T + ob B exactly, so the rest pose comes back to
         # rounding; T, B are orthonormal and orthogonal to F, so on = r.F / N.F.
-        Fx = records[t, _FACE]
-        Fy = records[t, _FACE + 1]
-        Fz = records[t, _FACE + 2]
         det = Nx * Fx + Ny * Fy + Nz * Fz
         if abs(det) > 1e-6:
             on = (rx * Fx + ry * Fy + rz * Fz) / det
@@ -494,8 +480,11 @@ def _bind_kernel(px, py, pz, tris, records, qx, qy, qz, origin, cell, dims,
         ux = rx - on * Nx
         uy = ry - on * Ny
         uz = rz - on * Nz
-        ot = ux * records[t, _TAN] + uy * records[t, _TAN + 1] + uz * records[t, _TAN + 2]
-        ob = ux * records[t, _BIT] + uy * records[t, _BIT + 1] + uz * records[t, _BIT + 2]
+        Bx = Fy * Tz - Fz * Ty
+        By = Fz * Tx - Fx * Tz
+        Bz = Fx * Ty - Fy * Tx
+        ot = ux * Tx + uy * Ty + uz * Tz
+        ob = ux * Bx + uy * By + uz * Bz
         out_tri[q] = t
         out_bary[0, q] = b0
         out_bary[1, q] = b1
@@ -535,14 +524,11 @@ def _vertex_triangles(positions, tris):
     return start, (order // 3).astype(np.int32), angles.ravel()[order].astype(np.float32)
 
 
-def _surface_records(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, dtype):
-    """Per-frame triangle records from coarse positions given as components."""
-    normals = np.empty((px.shape[0], 3), dtype)
+def _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, dtype):
     face = np.empty((tris.shape[0], 3), dtype)
-    records = np.empty((tris.shape[0], _RECORD), dtype)
-    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
-    _triangle_records(px, py, pz, normals, tris, face, dtype(alpha), records)
-    return records
+    corner = np.zeros((px.shape[0], _CORNER), dtype)
+    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+    return corner
 
 
 def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
@@ -580,8 +566,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
 
     vt_start, vt_items, vt_weight = _vertex_triangles(coarse, tris)
     px, py, pz = (np.ascontiguousarray(coarse[:, i]) for i in range(3))
-    records = _surface_records(px, py, pz, tris, vt_start, vt_items, vt_weight,
-                               shape_factor, np.float64)
+    corner = _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, np.float64)
 
     used = coarse[np.unique(tris)]
     lo = used.min(axis=0)
@@ -607,8 +592,12 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
     out_bary = np.empty((3, m), np.float64)
     out_offset = np.empty((3, m), np.float64)
     qx, qy, qz = (np.ascontiguousarray(dense[:, i]) for i in range(3))
-    _bind_kernel(px, py, pz, tris, records, qx, qy, qz, lo, cell, dims,
+    _bind_kernel(px, py, pz, tris, corner, float(shape_factor), qx, qy, qz, lo, cell, dims,
                  cell_start, cell_items, _REFINE_ITERATIONS, out_tri, out_bary, out_offset)
+    # Offsets below float32 resolution of the scene are rounding noise; zero
+    # them so those vertices take skin's cheaper passes.
+    size = max(float(np.ptp(dense, axis=0).max()), span, 1e-12)
+    out_offset[np.abs(out_offset) < 1e-6 * size] = 0.0
     return Binding(
         coarse_triangles=tris,
         triangle=out_tri,
@@ -628,33 +617,55 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _skin_one(q, records, tri, bary, offset, out):
-    t = tri[q]
-    sx, sy, sz, nx, ny, nz = _surface_point(records, t, bary[0, q], bary[1, q], bary[2, q])
-    on = offset[0, q]
-    ot = offset[1, q]
-    ob = offset[2, q]
-    out[q, 0] = sx + on * nx + ot * records[t, _TAN] + ob * records[t, _BIT]
-    out[q, 1] = sy + on * ny + ot * records[t, _TAN + 1] + ob * records[t, _BIT + 1]
-    out[q, 2] = sz + on * nz + ot * records[t, _TAN + 2] + ob * records[t, _BIT + 2]
+def _skin_one(k, kind, corner, tris, alpha, order, tri, bary, offset, out):
+    q = order[k]
+    (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, Tx, Ty, Tz, _, _, _) = _patch(
+        corner, tris, tri[k], bary[0, k], bary[1, k], bary[2, k], alpha)
+    if kind == 0:
+        out[q, 0] = sx
+        out[q, 1] = sy
+        out[q, 2] = sz
+    elif kind == 1:
+        on = offset[0, k]
+        out[q, 0] = sx + on * nx
+        out[q, 1] = sy + on * ny
+        out[q, 2] = sz + on * nz
+    else:
+        on = offset[0, k]
+        ot = offset[1, k]
+        ob = offset[2, k]
+        Bx = Fy * Tz - Fz * Ty
+        By = Fz * Tx - Fx * Tz
+        Bz = Fx * Ty - Fy * Tx
+        out[q, 0] = sx + on * nx + ot * Tx + ob * Bx
+        out[q, 1] = sy + on * ny + ot * Ty + ob * By
+        out[q, 2] = sz + on * nz + ot * Tz + ob * Bz
 
 
 @njit(**_KERNEL)
-def _skin_serial(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, tri, bary,
-                 offset, face, normals, records, out):
-    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
-    _triangle_records(px, py, pz, normals, tris, face, alpha, records)
-    for q in range(tri.shape[0]):
-        _skin_one(q, records, tri, bary, offset, out)
+def _skin_serial(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, order,
+                 class_start, tri, bary, offset, face, corner, out):
+    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+    # The kind is a literal in each loop, so each loop compiles to its own
+    # straight-line body (no per-vertex branch).
+    for k in range(class_start[0], class_start[1]):
+        _skin_one(k, 0, corner, tris, alpha, order, tri, bary, offset, out)
+    for k in range(class_start[1], class_start[2]):
+        _skin_one(k, 1, corner, tris, alpha, order, tri, bary, offset, out)
+    for k in range(class_start[2], class_start[3]):
+        _skin_one(k, 2, corner, tris, alpha, order, tri, bary, offset, out)
 
 
 @njit(parallel=True, **_KERNEL)
-def _skin_parallel(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, tri, bary,
-                   offset, face, normals, records, out):
-    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
-    _triangle_records(px, py, pz, normals, tris, face, alpha, records)
-    for q in prange(tri.shape[0]):
-        _skin_one(q, records, tri, bary, offset, out)
+def _skin_parallel(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, order,
+                   class_start, tri, bary, offset, face, corner, out):
+    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+    for k in prange(class_start[0], class_start[1]):
+        _skin_one(k, 0, corner, tris, alpha, order, tri, bary, offset, out)
+    for k in prange(class_start[1], class_start[2]):
+        _skin_one(k, 1, corner, tris, alpha, order, tri, bary, offset, out)
+    for k in prange(class_start[2], class_start[3]):
+        _skin_one(k, 2, corner, tris, alpha, order, tri, bary, offset, out)
 
 
 @njit(**_KERNEL)
@@ -689,10 +700,8 @@ def vertex_normals(positions, triangles):
     tris = np.ascontiguousarray(triangles, dtype=np.int32)
     vt_start, vt_items, vt_weight = _vertex_triangles(pos, tris)
     px, py, pz = (np.ascontiguousarray(pos[:, i]) for i in range(3))
-    normals = np.empty((pos.shape[0], 3), np.float32)
-    face = np.empty((tris.shape[0], 3), np.float32)
-    _vertex_normals(px, py, pz, tris, vt_start, vt_items, vt_weight, face, normals)
-    return normals
+    corner = _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, np.float32)
+    return np.ascontiguousarray(corner[:, 3:6])
 
 
 def skin(binding, coarse_positions, out=None, pin_targets=None):
@@ -710,15 +719,14 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
         out = np.empty((m, 3), np.float32)
     elif out.shape != (m, 3) or out.dtype != np.float32:
         raise ValueError(f"out must be a ({m}, 3) float32 array, got {out.shape} {out.dtype}")
-    scratch = binding._scratch
+    s = binding._scratch
     kernel = _skin_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
         kernel = _skin_parallel
     kernel(px, py, pz, binding.coarse_triangles, binding.vertex_triangle_start,
            binding.vertex_triangle_items, binding.vertex_triangle_weight,
-           np.float32(binding.shape_factor),
-           binding.triangle, binding.bary, binding.offset,
-           scratch["face"], scratch["normals"], scratch["records"], out)
+           np.float32(binding.shape_factor), s["order"], s["class_start"],
+           s["triangle"], s["bary"], s["offset"], s["face"], s["corner"], out)
     if binding.pin_weight is not None:
         if pin_targets is None:
             raise ValueError(

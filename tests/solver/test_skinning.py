@@ -252,3 +252,19 @@ def test_triangulate_fans_quads_and_ngons():
         tris, [[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7], [4, 7, 8]])
     with pytest.raises(ValueError):
         skinning.triangulate([0, 1, 2], [4])
+
+
+def test_parallel_and_serial_skinning_agree(monkeypatch):
+    """Large dense meshes skin in parallel; the result must not change."""
+    coarse, tris = sheet(10, 10)
+    dense, _ = sheet(40, 40, z=0.003)
+    frill = dense[:50] + np.array([-0.2, 0.0, 0.1])
+    dense = np.concatenate([sheet(40, 40)[0], dense, frill])  # all three passes
+    binding = skinning.bind(coarse, tris, dense)
+    assert np.all(np.diff(binding._scratch["class_start"]) > 0)
+    deformed = roll(coarse, 0.4).astype(np.float32)
+    monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 10**9)
+    serial = skinning.skin(binding, deformed)
+    monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 1)
+    parallel = skinning.skin(binding, deformed)
+    np.testing.assert_allclose(serial, parallel, atol=1e-6)
