@@ -118,6 +118,12 @@ class BakeJob:
             if target not in TARGETS_SET:
                 raise BakeError(f"'{obj.name}': unknown bake target {target!r}")
             item = _Item(obj=obj, name=obj.name, target=target, vertices=len(obj.data.vertices))
+            if target == 'SHAPE_KEYS':
+                sharing = [o.name for o in bpy.data.objects if o.data == obj.data and o != obj]
+                if sharing:
+                    raise BakeError(f"'{obj.name}': its mesh '{obj.data.name}' is shared with "
+                                    f"{', '.join(repr(n) for n in sharing)}; shape keys would change them too: "
+                                    "make it single-user or bake to PC2/Alembic")
             if target in _EXTENSIONS:
                 folder = self.folder if self.folder is not None else obj.drape_bake.folder
                 folder = folder or "//drape_cache/"

@@ -324,6 +324,11 @@ def test_bad_ranges_and_unsaved_file_change_nothing(shot, tmp_path):
         bake_all(scene, 10, 5)
     with pytest.raises(RuntimeError, match="Empty frame range"):
         bpy.ops.drape.bake(objects='ALL', frame_range='CUSTOM', frame_start=10, frame_end=5)
+    twin = bpy.data.objects.new("Twin", shot["objs"]['SHAPE_KEYS'].data)
+    scene.collection.objects.link(twin)
+    with pytest.raises(bake_job.BakeError, match="'ClothSK': its mesh 'ClothSKMesh' is shared with 'Twin'"):
+        bake_job.run_blocking(scene, [shot["objs"]['SHAPE_KEYS']], 1, 24, log=None)
+    bpy.data.objects.remove(twin)
     assert snapshot(shot) == before
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
