@@ -20,6 +20,7 @@ def preset_paths():
 
 
 class DRAPE_MT_cloth_presets(bpy.types.Menu):
+    bl_idname = "DRAPE_MT_cloth_presets"
     bl_label = "Fabric Presets"
     preset_subdir = PRESET_SUBDIR
     preset_operator = "script.execute_preset"

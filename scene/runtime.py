@@ -216,7 +216,7 @@ def _build(obj, scene, depsgraph, uid):
             raise DrapeInputError(f"'{obj.name}': automatic simplification is not available ({exc})") from exc
         rest, faces, sizes, weights = simplify(
             dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
-            {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget)
+            {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
         rest = np.ascontiguousarray(rest, np.float32)
         faces = np.ascontiguousarray(faces, np.int32)
         sizes = np.ascontiguousarray(sizes, np.int32)
@@ -395,6 +395,9 @@ def update_scene(scene, depsgraph):
     alive = set()
     for obj in scene.objects:
         if obj.type != 'MESH' or not obj.drape.enabled:
+            continue
+        if obj.mode == 'EDIT':  # its mesh data is being edited: leave it alone
+            alive.add(obj.drape.uid)
             continue
         if is_baked(obj):
             writeback.clear_result(obj)

@@ -3,6 +3,7 @@ operators, settings, the timeline. Checks use Blender's own data or geometry
 written here, independent of the solver."""
 
 import math
+import types
 
 import addon_utils
 import bpy
@@ -558,3 +559,120 @@ def test_self_collision_settings_reach_the_solver(empty_scene):
     sheet.drape.self_friction = 0.7  # mid-play: no rebuild
     scene.frame_set(5)
     assert runtime.get(sheet) is entry and float(np.max(entry.model.self_collision.friction)) == pytest.approx(0.7)
+
+
+def test_automatic_source_simplifies_to_the_budget(empty_scene):
+    scene = empty_scene
+    dense, top = hanging_sheet("Dense", n=40, vertical=True)
+    select_only(dense)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    dense.drape.sim_source = 'AUTO'
+    dense.drape.vertex_budget = 300
+    rest = world(dense, mesh_co(dense))
+    bpy.ops.object.select_all(action='DESELECT')
+    bpy.ops.drape.collider_add(type='CAPSULE', radius=0.15)
+    capsule = bpy.context.active_object
+    capsule.location = (-1.0, 0.1, 1.8)  # a capsule along +X sweeping into the sheet's lower half
+    capsule.rotation_euler = (0, 0, -math.pi / 2)
+    capsule.scale = (1, 2.0, 1)
+    play(scene, range(1, 25))
+    entry = runtime.get(dense)
+    assert entry.error is None, entry.error
+    assert abs(entry.model.n - 300) <= 0.05 * 300 + 1
+    got = world(dense, runtime.dense_positions_local(dense).astype(np.float64))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got[top], rest[top], atol=1e-5)  # dense pins exact
+    assert np.abs(got[:, 1] - rest[:, 1]).max() > 0.02  # pushed by the capsule
+
+
+def test_baked_objects_are_not_simulated(empty_scene):
+    if not hasattr(bpy.types.Object, "drape_bake"):
+        pytest.skip("the bake module does not register Object.drape_bake")
+    sheet, _ = hanging_sheet()
+    select_only(sheet)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    play(empty_scene, range(1, 4))
+    steps = runtime.get(sheet).steps
+    sheet.drape_bake.baked = True
+    play(empty_scene, range(4, 8))
+    assert runtime.get(sheet).steps == steps
+    assert sheet.data.attributes.get(writeback.ATTR_RESULT) is None  # the bake plays, not the live result
+    sheet.drape_bake.baked = False
+
+
+class _Layout:
+    """Stands in for a UILayout: records every property a panel draws and
+    fails on a name the data doesn't have (a typo would only show in the UI)."""
+
+    def __init__(self, seen):
+        self.seen = seen
+        self.use_property_split = self.use_property_decorate = self.active = self.enabled = True
+
+    def prop(self, data, name, **_kw):
+        assert name in data.bl_rna.properties, f"{data.bl_rna.identifier} has no property {name!r}"
+        self.seen.add(name)
+
+    def prop_search(self, data, name, search_data, search_name, **_kw):
+        self.prop(data, name)
+        assert search_name in search_data.bl_rna.properties
+
+    def operator(self, idname, **_kw):
+        group, name = idname.split(".")
+        assert hasattr(getattr(bpy.ops, group), name), idname
+
+        class _Props:
+            pass
+        return _Props()
+
+    def row(self, **_kw):
+        return self
+
+    column = box = row
+
+    def label(self, **_kw):
+        pass
+
+    def menu(self, idname, **_kw):
+        assert hasattr(bpy.types, idname), idname
+
+
+def test_panels_draw_every_setting(empty_scene):
+    from drape.panels import cloth as cloth_panels
+    from drape.panels import colliders as collider_panels
+
+    sheet, _ = hanging_sheet()
+    select_only(sheet)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    play(empty_scene, range(1, 3))
+    seen = set()
+
+    class _Ctx:
+        object = sheet
+        scene = empty_scene
+
+    for source in ('SELF', 'PROXY', 'AUTO'):  # the Sim mesh panel shows what the source needs
+        sheet.drape.sim_source = source
+        for cls in cloth_panels.classes[1:] + collider_panels.classes:
+            panel = types.SimpleNamespace(layout=_Layout(seen))
+            if not hasattr(cls, "poll") or cls.poll(_Ctx):
+                cls.draw(panel, _Ctx)
+            if hasattr(cls, "draw_header"):
+                cls.draw_header(panel, _Ctx)
+    shown = {"enabled", "uid"} | {p for p in sheet.drape.bl_rna.properties.keys() if p.endswith("_compliance")}
+    missing = set(sheet.drape.bl_rna.properties.keys()) - {"rna_type", "name"} - seen - shown
+    assert not missing, f"settings with no widget: {missing}"
+    names = {c.bl_idname for c in cloth_panels.classes}
+    for key in ("stiffness", "damping", "pins", "collisions", "self_collision", "wind", "simmesh"):
+        assert f"DRAPE_PT_cloth_{key}" in names and f"DRAPE_PT_cloth_{key}_physics" in names
+
+
+def test_capsule_outline_lies_on_the_capsule():
+    from drape.scene import draw
+
+    a, b, ra, rb = np.array((0.1, 0.2, 0.3)), np.array((0.4, -0.5, 1.0)), 0.2, 0.1
+    lines = draw.capsule_lines(a, b, ra, rb)
+    assert lines.shape[0] % 2 == 0 and lines.shape[0] > 50
+    # On the surface: the round cone's distance is ~0 within the lerp-radius
+    # skin (lines at the equator rings and along the sides lie on it exactly).
+    d = round_cone_sdf(lines.astype(np.float64), a, b, ra, rb)
+    assert np.abs(d).max() < 0.02 * ra
