@@ -70,6 +70,16 @@ def _set_disabled(obj, names, disabled):
             mod.show_viewport = mod.show_render = not disabled
 
 
+def _set_muted(obj, names, mute):
+    keys = obj.data.shape_keys
+    if keys is None:
+        return
+    for name in names:
+        kb = keys.key_blocks.get(name)
+        if kb is not None:
+            kb.mute = mute
+
+
 def _place(obj, mod, index):
     current = list(obj.modifiers).index(mod)
     if current != index:
@@ -100,6 +110,9 @@ def suspend(obj):
     disabled = [n for n in st.disabled_modifiers.split("\n") if n]
     _set_disabled(obj, disabled, False)
     memo["disabled"] = disabled
+    muted = [n for n in st.muted_keys.split("\n") if n]
+    _set_muted(obj, muted, False)
+    memo["muted_keys"] = muted
     st.baked = False
     return memo
 
@@ -116,6 +129,7 @@ def resume(obj, memo):
             if kb is not None:
                 kb.mute = mute
     _set_disabled(obj, memo.get("disabled", ()), True)
+    _set_muted(obj, memo.get("muted_keys", ()), True)
     st.baked = memo["baked"]
 
 
@@ -148,6 +162,8 @@ def free(obj, delete_files=False):
             obj.shape_key_clear()
     _set_disabled(obj, [n for n in st.disabled_modifiers.split("\n") if n], False)
     st.disabled_modifiers = ""
+    _set_muted(obj, [n for n in st.muted_keys.split("\n") if n], False)
+    st.muted_keys = ""
     if delete_files and old_file and os.path.isfile(old_file):
         os.unlink(old_file)
     st.baked = False
@@ -227,6 +243,12 @@ def install_shape_keys(obj, frames, positions):
     drivers = [m.name for m in _pin_driver_modifiers(obj) if m.show_viewport or m.show_render]
     _set_disabled(obj, drivers, True)
     obj.drape_bake.disabled_modifiers = "\n".join(drivers)
+    # The artist's own shape keys fed the simulation too (pin targets):
+    # muted while the bake plays, back on when it is freed.
+    blocks = obj.data.shape_keys.key_blocks
+    own = [kb.name for kb in list(blocks)[1:] if not kb.name.startswith(KEY_PREFIX) and not kb.mute]
+    _set_muted(obj, own, True)
+    obj.drape_bake.muted_keys = "\n".join(own)
     _record(obj, 'SHAPE_KEYS', frames[0], frames[-1], positions.shape[1])
 
 

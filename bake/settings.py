@@ -41,6 +41,8 @@ class DrapeBakeSettings(PropertyGroup):
                                 description="The bake added the Basis shape key (the free removes it)")
     baked_action: StringProperty(default="", options={'HIDDEN'})
     baked_cache_file: StringProperty(default="", options={'HIDDEN'})
+    muted_keys: StringProperty(default="", options={'HIDDEN'},
+                               description="The artist's shape keys a shape-key bake muted (one per line)")
     disabled_modifiers: StringProperty(default="", options={'HIDDEN'},
                                        description="Rig modifiers a shape-key bake turned off (one per line)")
 

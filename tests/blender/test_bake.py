@@ -383,6 +383,28 @@ def test_free_restores_the_live_mesh(shot):
     assert obj.drape_bake.created_basis and not rig.show_viewport, "rig would move the baked cloth twice"
     bpy.context.view_layer.objects.active = obj
     assert bpy.ops.drape.bake_free() == {'FINISHED'}
+    assert rig.show_viewport and obj.data.shape_keys is None
+
+    # The artist's own shape key (on, at 0.5) fed the simulation: muted while
+    # the bake plays, so the result is exactly the bake; back afterwards.
+    obj.shape_key_add(name="Basis")
+    own = obj.shape_key_add(name="Bulge")
+    own.points.foreach_set("co", (rest + [0.0, 0.0, 0.3]).ravel())
+    own.value = 0.5
+    bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
+    assert own.mute and not obj.drape_bake.created_basis
+    shot["scene"].frame_set(6)
+    np.testing.assert_allclose(evaluated_co(obj), shot["src"].expected(obj.name, 6), atol=ATOL, rtol=0)
+    job = bake_job.BakeJob(shot["scene"], [obj], 1, 24).validate().begin()
+    assert not own.mute and rig.show_viewport, "a re-bake simulates with the artist's inputs"
+    job.abort()
+    assert own.mute and not rig.show_viewport
+    assert bpy.ops.drape.bake_free() == {'FINISHED'}
+    assert not own.mute and [k.name for k in obj.data.shape_keys.key_blocks] == ["Basis", "Bulge"]
+    obj.shape_key_clear()
+    bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
+    bpy.context.view_layer.objects.active = obj
+    assert bpy.ops.drape.bake_free() == {'FINISHED'}
     st = obj.drape_bake
     assert not st.baked and st.baked_target == "" and obj.data.shape_keys is None
     assert rig.show_viewport and rig.show_render
