@@ -149,10 +149,18 @@ def free(obj, delete_files=False):
             bpy.data.batch_remove([cache])  # cache_files has no remove()
     keys = obj.data.shape_keys
     if keys is not None:
+        anim = keys.animation_data
+        if anim is not None and anim.action is not None and anim.action_slot is not None:
+            from bpy_extras import anim_utils
+
+            bag = anim_utils.action_get_channelbag_for_slot(anim.action, anim.action_slot)
+            if bag is not None:
+                for fc in [fc for fc in bag.fcurves if fc.data_path.startswith(f'key_blocks["{KEY_PREFIX}')]:
+                    bag.fcurves.remove(fc)
         if st.baked_action:
             action = bpy.data.actions.get(st.baked_action)
-            if keys.animation_data is not None and keys.animation_data.action == action:
-                keys.animation_data.action = None
+            if anim is not None and action is not None and anim.action == action:
+                anim.action = None
             if action is not None and action.users == 0:
                 bpy.data.actions.remove(action)
         for kb in [kb for kb in keys.key_blocks if kb.name.startswith(KEY_PREFIX)]:
@@ -207,16 +215,19 @@ def add_frame_keys(obj, frames, positions):
         kb.value = 0.0
         keys.append(kb)
     shape_keys = mesh.shape_keys
-    if shape_keys.animation_data is None:
-        shape_keys.animation_data_create()
-    action = bpy.data.actions.new(f"{ACTION_PREFIX}{obj.name}")
-    slot = action.slots.new(id_type='KEY', name=obj.name)
-    old_action = shape_keys.animation_data.action
-    shape_keys.animation_data.action = action
-    shape_keys.animation_data.action_slot = slot
+    anim = shape_keys.animation_data or shape_keys.animation_data_create()
+    action = anim.action
+    if action is None:
+        action = bpy.data.actions.new(f"{ACTION_PREFIX}{obj.name}")
+        anim.action = action
+        st.baked_action = action.name
+    else:  # the artist animates shape keys already: add our channels to that action
+        st.baked_action = ""
+    if anim.action_slot is None:
+        anim.action_slot = action.slots.new(id_type='KEY', name=obj.name)
     from bpy_extras import anim_utils
 
-    bag = anim_utils.action_ensure_channelbag_for_slot(action, slot)
+    bag = anim_utils.action_ensure_channelbag_for_slot(action, anim.action_slot)
     linear = bpy.types.Keyframe.bl_rna.properties["interpolation"].enum_items["LINEAR"].value
     last = len(keys) - 1
     for i, (frame, kb) in enumerate(zip(frames, keys)):
@@ -230,9 +241,6 @@ def add_frame_keys(obj, frames, positions):
         fc.keyframe_points.foreach_set("co", np.asarray(points, dtype=np.float32).ravel())
         fc.keyframe_points.foreach_set("interpolation", [linear] * len(points))
         fc.update()
-    st.baked_action = action.name
-    if old_action is not None and old_action.users == 0:
-        bpy.data.actions.remove(old_action)
     return action
 
 

@@ -391,7 +391,12 @@ def test_free_restores_the_live_mesh(shot):
     own = obj.shape_key_add(name="Bulge")
     own.points.foreach_set("co", (rest + [0.0, 0.0, 0.3]).ravel())
     own.value = 0.5
+    own.keyframe_insert("value", frame=1)
+    own.value = 0.7
+    own.keyframe_insert("value", frame=30)
+    artist_action = obj.data.shape_keys.animation_data.action
     bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
+    assert obj.data.shape_keys.animation_data.action == artist_action, "baked into the artist's action"
     assert own.mute and not obj.drape_bake.created_basis
     shot["scene"].frame_set(6)
     np.testing.assert_allclose(evaluated_co(obj), shot["src"].expected(obj.name, 6), atol=ATOL, rtol=0)
@@ -401,6 +406,13 @@ def test_free_restores_the_live_mesh(shot):
     assert own.mute and not rig.show_viewport
     assert bpy.ops.drape.bake_free() == {'FINISHED'}
     assert not own.mute and [k.name for k in obj.data.shape_keys.key_blocks] == ["Basis", "Bulge"]
+    from bpy_extras import anim_utils
+
+    anim = obj.data.shape_keys.animation_data
+    assert anim.action == artist_action
+    bag = anim_utils.action_get_channelbag_for_slot(anim.action, anim.action_slot)
+    assert [fc.data_path for fc in bag.fcurves] == ['key_blocks["Bulge"].value']
+    assert len(bag.fcurves[0].keyframe_points) == 2
     obj.shape_key_clear()
     bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
     bpy.context.view_layer.objects.active = obj
