@@ -71,10 +71,8 @@ class Binding:
     pin_weight: np.ndarray | None
     shape_factor: float
     n_coarse: int
-    # coarse vertex -> incident triangles (CSR), for per-frame smooth normals
-    vertex_triangle_start: np.ndarray
-    vertex_triangle_items: np.ndarray
-    vertex_triangle_weight: np.ndarray  # rest corner angles
+    # rest corner angles (t, 3): weights of the per-frame smooth normals
+    corner_angle: np.ndarray
     pinned_indices: np.ndarray = field(init=False)
     _scratch: dict = field(init=False, repr=False)
 
@@ -90,14 +88,12 @@ class Binding:
         along_normal = (off[1] == 0.0) & (off[2] == 0.0)
         kind = np.where(along_normal, np.where(off[0] == 0.0, 0, 1), 2)
         order = np.argsort(kind, kind="stable").astype(np.int32)
-        n_tris = self.coarse_triangles.shape[0]
         self._scratch = {
             "order": order,
             "class_start": np.searchsorted(kind[order], np.arange(4)).astype(np.int64),
             "triangle": np.ascontiguousarray(self.triangle[order]),
             "bary": np.ascontiguousarray(self.bary[:, order]),
             "offset": np.ascontiguousarray(self.offset[:, order]),
-            "face": np.empty((n_tris, 3), np.float32),
             "corner": np.zeros((self.n_coarse, _CORNER), np.float32),
         }
 
@@ -133,16 +129,23 @@ _KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
 
 
 @njit(**_KERNEL)
-def _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner):
-    """Positions and unit vertex normals (weighted by corner angle) into
-    `corner`; `face` (t, 3) is scratch for the unit face normals.
+def _corner_data(px, py, pz, tris, corner_angle, corner):
+    """Positions and unit vertex normals, weighted by corner angle, into
+    `corner`.
 
     Angle weights (as Blender's own vertex normals) keep a cylinder's normals
     radial even on a boundary row, where area weights tilt them towards the
     side with more triangles. The angles are the rest pose's: cloth barely
     shears, and acos per corner per frame would cost more than the skinning.
-    Gathers over a vertex->triangle table, so no two writes collide.
+    Serial scatter: it measured faster than gathering over a vertex table.
     """
+    for i in range(corner.shape[0]):
+        corner[i, 0] = px[i]
+        corner[i, 1] = py[i]
+        corner[i, 2] = pz[i]
+        corner[i, 3] = _ZERO
+        corner[i, 4] = _ZERO
+        corner[i, 5] = _ZERO
     for t in range(tris.shape[0]):
         a = tris[t, 0]
         b = tris[t, 1]
@@ -157,25 +160,28 @@ def _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner):
         fy = e1z * e2x - e1x * e2z
         fz = e1x * e2y - e1y * e2x
         inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
-        face[t, 0] = fx * inv
-        face[t, 1] = fy * inv
-        face[t, 2] = fz * inv
+        fx *= inv
+        fy *= inv
+        fz *= inv
+        w = corner_angle[t, 0]
+        corner[a, 3] += w * fx
+        corner[a, 4] += w * fy
+        corner[a, 5] += w * fz
+        w = corner_angle[t, 1]
+        corner[b, 3] += w * fx
+        corner[b, 4] += w * fy
+        corner[b, 5] += w * fz
+        w = corner_angle[t, 2]
+        corner[c, 3] += w * fx
+        corner[c, 4] += w * fy
+        corner[c, 5] += w * fz
     for i in range(corner.shape[0]):
-        sx = _ZERO
-        sy = _ZERO
-        sz = _ZERO
-        for s in range(vt_start[i], vt_start[i + 1]):
-            t = vt_items[s]
-            w = vt_weight[s]
-            sx += w * face[t, 0]
-            sy += w * face[t, 1]
-            sz += w * face[t, 2]
+        sx = corner[i, 3]
+        sy = corner[i, 4]
+        sz = corner[i, 5]
         # A vertex whose fan has no area keeps a zero normal: its tangent
         # plane projection then vanishes and the face term sets N.
         inv = _ONE / np.sqrt(max(sx * sx + sy * sy + sz * sz, _TINY))
-        corner[i, 0] = px[i]
-        corner[i, 1] = py[i]
-        corner[i, 2] = pz[i]
         corner[i, 3] = sx * inv
         corner[i, 4] = sy * inv
         corner[i, 5] = sz * inv
@@ -505,15 +511,8 @@ def _as_points(array, name, n=None):
     return points
 
 
-def _vertex_triangles(positions, tris):
-    """CSR table vertex -> incident triangles (start (n+1,), items) and the
-    corner angle of each (vertex, triangle) pair at these positions."""
-    n_vertices = positions.shape[0]
-    flat = tris.ravel()
-    order = np.argsort(flat, kind="stable")
-    counts = np.bincount(flat, minlength=n_vertices)
-    start = np.zeros(n_vertices + 1, np.int32)
-    np.cumsum(counts, out=start[1:])
+def _corner_angles(positions, tris):
+    """Interior angle (t, 3) float32 of every triangle corner."""
     p = np.asarray(positions, np.float64)[tris]  # (t, 3 corners, 3)
     angles = np.empty(tris.shape, np.float64)
     for corner in range(3):
@@ -521,13 +520,12 @@ def _vertex_triangles(positions, tris):
         v = p[:, (corner + 2) % 3] - p[:, corner]
         angles[:, corner] = np.arctan2(
             np.linalg.norm(np.cross(u, v), axis=1), np.einsum("ij,ij->i", u, v))
-    return start, (order // 3).astype(np.int32), angles.ravel()[order].astype(np.float32)
+    return angles.astype(np.float32)
 
 
-def _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, dtype):
-    face = np.empty((tris.shape[0], 3), dtype)
+def _corners(px, py, pz, tris, corner_angle, dtype):
     corner = np.zeros((px.shape[0], _CORNER), dtype)
-    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+    _corner_data(px, py, pz, tris, corner_angle, corner)
     return corner
 
 
@@ -564,9 +562,9 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
         if not np.any(pin_weight > 0.0):
             pin_weight = None
 
-    vt_start, vt_items, vt_weight = _vertex_triangles(coarse, tris)
+    corner_angle = _corner_angles(coarse, tris)
     px, py, pz = (np.ascontiguousarray(coarse[:, i]) for i in range(3))
-    corner = _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, np.float64)
+    corner = _corners(px, py, pz, tris, corner_angle, np.float64)
 
     used = coarse[np.unique(tris)]
     lo = used.min(axis=0)
@@ -606,9 +604,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
         pin_weight=pin_weight,
         shape_factor=float(shape_factor),
         n_coarse=int(coarse.shape[0]),
-        vertex_triangle_start=vt_start,
-        vertex_triangle_items=vt_items,
-        vertex_triangle_weight=vt_weight,
+        corner_angle=corner_angle,
     )
 
 
@@ -643,9 +639,9 @@ def _skin_one(k, kind, corner, tris, alpha, order, tri, bary, offset, out):
 
 
 @njit(**_KERNEL)
-def _skin_serial(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, order,
-                 class_start, tri, bary, offset, face, corner, out):
-    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+def _skin_serial(px, py, pz, tris, corner_angle, alpha, order,
+                 class_start, tri, bary, offset, corner, out):
+    _corner_data(px, py, pz, tris, corner_angle, corner)
     # The kind is a literal in each loop, so each loop compiles to its own
     # straight-line body (no per-vertex branch).
     for k in range(class_start[0], class_start[1]):
@@ -657,9 +653,9 @@ def _skin_serial(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, order,
 
 
 @njit(parallel=True, **_KERNEL)
-def _skin_parallel(px, py, pz, tris, vt_start, vt_items, vt_weight, alpha, order,
-                   class_start, tri, bary, offset, face, corner, out):
-    _corner_data(px, py, pz, tris, vt_start, vt_items, vt_weight, face, corner)
+def _skin_parallel(px, py, pz, tris, corner_angle, alpha, order,
+                   class_start, tri, bary, offset, corner, out):
+    _corner_data(px, py, pz, tris, corner_angle, corner)
     for k in prange(class_start[0], class_start[1]):
         _skin_one(k, 0, corner, tris, alpha, order, tri, bary, offset, out)
     for k in prange(class_start[1], class_start[2]):
@@ -698,9 +694,8 @@ def vertex_normals(positions, triangles):
     computes them (there with the rest pose's angles)."""
     pos = np.asarray(positions, dtype=np.float32)
     tris = np.ascontiguousarray(triangles, dtype=np.int32)
-    vt_start, vt_items, vt_weight = _vertex_triangles(pos, tris)
     px, py, pz = (np.ascontiguousarray(pos[:, i]) for i in range(3))
-    corner = _corners(px, py, pz, tris, vt_start, vt_items, vt_weight, np.float32)
+    corner = _corners(px, py, pz, tris, _corner_angles(pos, tris), np.float32)
     return np.ascontiguousarray(corner[:, 3:6])
 
 
@@ -723,10 +718,9 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
     kernel = _skin_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
         kernel = _skin_parallel
-    kernel(px, py, pz, binding.coarse_triangles, binding.vertex_triangle_start,
-           binding.vertex_triangle_items, binding.vertex_triangle_weight,
+    kernel(px, py, pz, binding.coarse_triangles, binding.corner_angle,
            np.float32(binding.shape_factor), s["order"], s["class_start"],
-           s["triangle"], s["bary"], s["offset"], s["face"], s["corner"], out)
+           s["triangle"], s["bary"], s["offset"], s["corner"], out)
     if binding.pin_weight is not None:
         if pin_targets is None:
             raise ValueError(
