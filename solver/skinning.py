@@ -9,8 +9,9 @@ triangle (uniform grid, numba, parallel over dense vertices), with
 barycentrics and an offset expressed in the local frame of the reconstructed
 surface (normal component first, so thickness and small details survive).
 
-``skin`` runs every frame: smooth coarse vertex normals are recomputed from
-the current coarse positions, each coarse triangle is reconstructed as a
+``skin`` runs every frame: smooth coarse vertex normals (weighted by the
+rest pose's corner angles, like Blender's own) are recomputed from the
+current coarse positions, each coarse triangle is reconstructed as a
 Phong-tessellated patch (project the flat barycentric point onto each
 corner's tangent plane, blend the three with the barycentrics), the offset is
 applied along the interpolated normal and its tangent frame, and pinned dense
@@ -26,8 +27,9 @@ bends almost isometrically, into cylinders and cones, so the default is 1/2.
 
 Dense normals are left to Blender: the runtime and the bakes write positions
 only, and Blender recomputes the normals of the evaluated mesh (and of the
-shape keys / cached points it plays back), which keeps custom split normals
-and auto-smooth behaviour exactly as the artist set them up.
+shape keys / cached points it plays back), so the artist's shading setup
+(smooth/flat faces, sharp edges, normal modifiers) applies unchanged and no
+normals have to be computed, stored or baked here.
 """
 
 from dataclasses import dataclass, field
