@@ -734,3 +734,21 @@ def test_bake_panel_draws_settings_and_state(shot):
     bake_panels._draw(_Layout(log), SimpleNamespace(active_object=obj))
     labels = [c[2].get("text") for c in log if c[0] == "label"]
     assert "Baked to Point Cache (PC2): frames 1-24" in labels and "//drape_cache/ClothPC2.pc2" in labels
+
+
+def test_operator_bakes_the_active_or_the_selected_objects(shot):
+    objs = shot["objs"]
+    bpy.ops.object.select_all(action='DESELECT')
+    objs['PC2'].select_set(True)
+    objs['ALEMBIC'].select_set(True)
+    bpy.context.view_layer.objects.active = objs['SHAPE_KEYS']
+    assert bpy.ops.drape.bake(objects='SELECTED', target='PC2', frame_range='CUSTOM',
+                              frame_start=2, frame_end=6) == {'FINISHED'}
+    assert [o.drape_bake.baked_target for o in objs.values()] == ["", 'PC2', 'PC2']
+    assert sorted(os.listdir(shot["cache"])) == ["ClothABC.pc2", "ClothPC2.pc2"]
+    # The active object, its own target and (scene) range.
+    assert bpy.ops.drape.bake(objects='ACTIVE') == {'FINISHED'}
+    st = objs['SHAPE_KEYS'].drape_bake
+    assert (st.baked_target, st.baked_frame_start, st.baked_frame_end) == ('SHAPE_KEYS', 1, 24)
+    assert bpy.ops.drape.bake_free(objects='ALL') == {'FINISHED'}
+    assert not any(o.drape_bake.baked_target for o in objs.values())
