@@ -82,7 +82,7 @@ def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, **extra):
          rendered_vertices=int(len(dense_rest)), solver_ms_median=round(step_ms, 4),
          skin_ms_median=round(skin_ms, 4),
          bind_ms=None if bind_ms is None else round(bind_ms, 2),
-         steps=STEPS * REPEATS, **extra)
+         steps=STEPS * REPEATS, load_avg_1min=round(os.getloadavg()[0], 2), **extra)
 
 
 def bind_rows(coarse, coarse_faces, coarse_sizes):
@@ -100,7 +100,7 @@ def bind_rows(coarse, coarse_faces, coarse_sizes):
         emit(scene=f"bind {len(dense)} dense to {len(coarse)} coarse", vertices=int(len(dense)),
              substeps=None, threads=int(numba.get_num_threads()), ms_per_step_median=None,
              bind_ms_median=round(median_ms(times), 2), simulated_vertices=int(len(coarse)),
-             rendered_vertices=int(len(dense)))
+             rendered_vertices=int(len(dense)), load_avg_1min=round(os.getloadavg()[0], 2))
 
 
 def main():
