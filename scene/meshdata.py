@@ -188,7 +188,8 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
             if name and groups.get(name) is None:
                 problems.append(f"'{obj.name}' has no vertex group '{name}' (its {label}): "
                                 f"create it or pick an existing group")
-    problems.extend(_modifier_problems(obj, topo, depsgraph))
+    if role == "cloth":  # a proxy is used as modelled: its modifiers don't matter
+        problems.extend(_modifier_problems(obj, topo, depsgraph))
     return problems
 
 
@@ -229,9 +230,5 @@ def check_cloth(obj, depsgraph=None):
         elif proxy.type != 'MESH':
             problems.append(f"'{obj.name}': proxy '{proxy.name}' is a {proxy.type.lower()}, not a mesh")
         else:
-            problems.extend(check_mesh(proxy, "proxy", settings=obj.drape, depsgraph=depsgraph))
-            pin = obj.drape.pin_group
-            if pin and proxy.vertex_groups.get(pin) is None:
-                problems.append(f"'{obj.name}': proxy '{proxy.name}' has no vertex group '{pin}' "
-                                f"(the pin group is read on the proxy too)")
+            problems.extend(check_mesh(proxy, "proxy", settings=obj.drape))
     return problems

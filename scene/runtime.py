@@ -82,7 +82,7 @@ class ClothRuntime:
         self.state = None
         self.binding = None
         self.coarse_rest = None
-        self.nearest_dense = None   # AUTO: coarse vertex -> nearest dense vertex
+        self.pin_binding = None     # PROXY/AUTO: coarse vertices bound to the dense surface
         self.dense_rest = None
         self.dense_count = 0
         self.frames = {}
@@ -157,27 +157,30 @@ def _full_key(obj):
     return (params.rebuild_key(obj), _topology_key(obj), proxy_key)
 
 
+def _interpolate(binding, dense_values):
+    """Per-vertex values of the dense mesh at the bound points (barycentric)."""
+    corners = binding.coarse_triangles[binding.triangle]          # (c, 3)
+    bary = binding.bary if binding.bary.shape == corners.shape else binding.bary.T
+    return (dense_values[corners] * bary).sum(axis=1).astype(np.float32)
+
+
 def _coarse_frame(entry, obj, depsgraph, dense):
-    """Pin targets (world) and pin weights for the simulated vertices."""
+    """Pin targets (world) and pin weights for the simulated vertices.
+
+    A proxy or simplified mesh gets both from the dense mesh: each coarse
+    vertex is bound (once, ``pin_binding``) to the dense surface like a dense
+    vertex is to the coarse one, and rides on it with the same Phong
+    reconstruction, so the collar of a coarse cape turns with the chest;
+    weights are the dense weights interpolated with that binding's
+    barycentrics. The artist pins once, on the render mesh."""
     if entry.source == 'SELF':
         return dense.positions, dense.pin_weight
-    if entry.source == 'PROXY':
-        proxy = meshdata.sample(obj.drape.proxy, depsgraph, settings=obj.drape)
-        return proxy.positions, proxy.pin_weight
-    nn = entry.nearest_dense
-    targets = entry.coarse_rest + (dense.positions[nn] - entry.dense_rest[nn])
-    return targets.astype(np.float32), dense.pin_weight[nn]
+    from ..solver import skinning
 
-
-def _nearest(points, reference, chunk=2048):
-    out = np.empty(points.shape[0], np.int64)
-    ref = reference.astype(np.float64)
-    ref_sq = (ref * ref).sum(1)
-    for start in range(0, points.shape[0], chunk):
-        p = points[start:start + chunk].astype(np.float64)
-        d = ref_sq[None, :] - 2.0 * p @ ref.T
-        out[start:start + chunk] = np.argmin(d, axis=1)
-    return out
+    weight = _interpolate(entry.pin_binding, dense.pin_weight)
+    if not np.any(weight > 0.0):
+        return entry.prev_targets, weight
+    return skinning.skin(entry.pin_binding, dense.positions), weight
 
 
 def _build(obj, scene, depsgraph, uid):
@@ -187,11 +190,8 @@ def _build(obj, scene, depsgraph, uid):
         raise DrapeInputError("; ".join(problems))
     solver = _solver()
     settings = obj.drape
-    proxy = settings.proxy if settings.sim_source == 'PROXY' else None
-    if writeback.needs_setup(obj) or (proxy is not None and writeback.needs_setup(proxy, settings)):
+    if writeback.needs_setup(obj):
         writeback.ensure_modifier(obj)
-        if proxy is not None:
-            writeback.ensure_reader(proxy, settings)
         depsgraph.update()  # the stored pin/mass attributes exist only after re-evaluation
     entry = ClothRuntime(uid)
     entry.source = settings.sim_source
@@ -205,24 +205,30 @@ def _build(obj, scene, depsgraph, uid):
         rest, faces, sizes = dense.positions, dense_topo.face_indices, dense_topo.face_sizes
         mass_w, pin_w = dense.mass_weight, dense.pin_weight
     elif entry.source == 'PROXY':
+        # The proxy as modelled (its own modifiers are not used), placed by its
+        # object transform: it should overlap the cloth where the cache starts.
+        proxy = settings.proxy
         proxy_topo = meshdata.Topology(proxy.data)
-        ps = meshdata.sample(proxy, depsgraph, settings=settings)
-        rest, faces, sizes = ps.positions, proxy_topo.face_indices, proxy_topo.face_sizes
-        mass_w, pin_w = ps.mass_weight, ps.pin_weight
+        rest = meshdata.to_world(meshdata.local_positions(proxy.data), proxy.matrix_world)
+        faces, sizes = proxy_topo.face_indices, proxy_topo.face_sizes
     else:
         try:
             from .simmesh import simplify
         except ImportError as exc:
             raise DrapeInputError(f"'{obj.name}': automatic simplification is not available ({exc})") from exc
-        rest, faces, sizes, weights = simplify(
+        rest, faces, sizes, _weights = simplify(
             dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
             {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
         rest = np.ascontiguousarray(rest, np.float32)
         faces = np.ascontiguousarray(faces, np.int32)
         sizes = np.ascontiguousarray(sizes, np.int32)
-        entry.nearest_dense = _nearest(rest, dense.positions)
-        mass_w = np.asarray(weights.get("mass", np.ones(rest.shape[0])), np.float32)
-        pin_w = dense.pin_weight[entry.nearest_dense]
+    if entry.source != 'SELF':
+        from ..solver import skinning
+
+        entry.prev_targets = rest
+        entry.pin_binding = skinning.bind(dense.positions, dense_topo.triangles(), rest)
+        _, pin_w = _coarse_frame(entry, obj, depsgraph, dense)
+        mass_w = _interpolate(entry.pin_binding, dense.mass_weight)
 
     mass = solver.vertex_masses(rest, faces, sizes, settings.areal_density, weight=np.maximum(mass_w, 1e-2))
     entry.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm)

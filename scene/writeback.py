@@ -138,17 +138,6 @@ def remove_modifier(obj):
             obj.data.attributes.remove(attr)
 
 
-def ensure_reader(proxy, settings):
-    """A proxy carries the same modifier so its evaluated pins can be read;
-    it never gets a result attribute, so its Set Position does nothing."""
-    mod = find_modifier(proxy)
-    if mod is None:
-        mod = proxy.modifiers.new(MODIFIER, 'NODES')
-        mod.node_group = node_group()
-    sync_modifier_inputs(proxy, settings)
-    return mod
-
-
 def sync_modifier_inputs(obj, settings=None):
     mod = find_modifier(obj)
     if mod is None:
