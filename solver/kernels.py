@@ -47,10 +47,6 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
     if drag > F1:
         drag = F1
     n = np.uint64(pos.shape[1])
-    for i in range(n):
-        prev[0, i] = pos[0, i]
-        prev[1, i] = pos[1, i]
-        prev[2, i] = pos[2, i]
     if use_wind:
         # Aerodynamic drag + lift per triangle from the air velocity relative
         # to the triangle, split equally among its corners.
@@ -107,6 +103,10 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
             vel[1, c] += fy * wc
             vel[2, c] += fz * wc
     for i in range(n):
+        x, y, z = pos[0, i], pos[1, i], pos[2, i]
+        prev[0, i] = x
+        prev[1, i] = y
+        prev[2, i] = z
         if inv_mass[i] == F0:
             continue
         vx = vel[0, i]
@@ -133,9 +133,9 @@ def predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pi
         vel[0, i] = vx
         vel[1, i] = vy
         vel[2, i] = vz
-        pos[0, i] += h * vx
-        pos[1, i] += h * vy
-        pos[2, i] += h * vz
+        pos[0, i] = x + h * vx
+        pos[1, i] = y + h * vy
+        pos[2, i] = z + h * vz
     # Kinematic pins follow their targets, interpolated across substeps.
     s1 = F1 - t1
     nk = np.uint64(kin.shape[0])
@@ -193,6 +193,79 @@ def solve_distance(pos, prev, a, b, wa, wb, rest, lam, alpha, gamma, use_lambda)
 
 
 @njit(**JIT)
+def solve_distance_fast(pos, a, b, ca, cb, rest):
+    """solve_distance for one iteration without damping (lambda = 0), with
+    the denominators folded into per-constraint coefficients
+    ca = w_a / (w_a + w_b + alpha~) (cb likewise): the correction is
+    -/+ c (1 - rest/|d|) d, one sqrt and one division."""
+    px, py, pz = pos[0], pos[1], pos[2]
+    m = np.uint64(a.shape[0])
+    for i in range(m):
+        ia = a[i]
+        ib = b[i]
+        dx = px[ib] - px[ia]
+        dy = py[ib] - py[ia]
+        dz = pz[ib] - pz[ia]
+        d2 = dx * dx + dy * dy + dz * dz
+        if d2 < EPS * EPS:
+            continue
+        f = F1 - rest[i] / np.sqrt(d2)
+        dx, dy, dz = dx * f, dy * f, dz * f
+        sa = ca[i]
+        sb = cb[i]
+        px[ia] += sa * dx
+        py[ia] += sa * dy
+        pz[ia] += sa * dz
+        px[ib] -= sb * dx
+        py[ib] -= sb * dy
+        pz[ib] -= sb * dz
+
+
+@njit(**JIT)
+def solve_bending_fast(pos, idx, k, c, rest):
+    """solve_bending for one iteration without damping: dx_j = -c_j (1 -
+    rest/|L|) L with c_j = w_j k_j / (sum w k^2 + alpha~) precomputed; a flat
+    rest pose (rest = 0) needs no sqrt and no division at all."""
+    px, py, pz = pos[0], pos[1], pos[2]
+    m = np.uint64(rest.shape[0])
+    for i in range(m):
+        i0 = idx[0, i]
+        i1 = idx[1, i]
+        i2 = idx[2, i]
+        i3 = idx[3, i]
+        k1 = k[1, i]
+        k2 = k[2, i]
+        k3 = k[3, i]
+        x0, y0, z0 = px[i0], py[i0], pz[i0]
+        lx = k1 * (px[i1] - x0) + k2 * (px[i2] - x0) + k3 * (px[i3] - x0)
+        ly = k1 * (py[i1] - y0) + k2 * (py[i2] - y0) + k3 * (py[i3] - y0)
+        lz = k1 * (pz[i1] - z0) + k2 * (pz[i2] - z0) + k3 * (pz[i3] - z0)
+        r = rest[i]
+        if r != F0:
+            l2 = lx * lx + ly * ly + lz * lz
+            if l2 < EPS * EPS:
+                continue
+            f = F1 - r / np.sqrt(l2)
+            lx, ly, lz = lx * f, ly * f, lz * f
+        s = c[0, i]
+        px[i0] = x0 - s * lx
+        py[i0] = y0 - s * ly
+        pz[i0] = z0 - s * lz
+        s = c[1, i]
+        px[i1] -= s * lx
+        py[i1] -= s * ly
+        pz[i1] -= s * lz
+        s = c[2, i]
+        px[i2] -= s * lx
+        py[i2] -= s * ly
+        pz[i2] -= s * lz
+        s = c[3, i]
+        px[i3] -= s * lx
+        py[i3] -= s * ly
+        pz[i3] -= s * lz
+
+
+@njit(**JIT)
 def solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, alpha, gamma, use_lambda):
     """Bergou isometric bending, C = |L| - |L_rest|, L = sum_j k_j x_j.
     grad_j C = k_j L/|L|, so |grad|^2 weighted = sum_j w_j k_j^2 = swk2
@@ -217,10 +290,34 @@ def solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, alpha, gamma, use_lamb
         l2 = lx * lx + ly * ly + lz * lz
         if l2 < EPS * EPS:
             continue
+        r = rest[i]
+        if r == F0 and gamma == F0 and not use_lambda:
+            # Flat rest pose: C grad C = k_j L, the energy is quadratic and
+            # the update linear, dx_j = -w_j k_j L / (swk2 + alpha): no sqrt,
+            # one division.
+            sc = -F1 / (swk2[i] + alpha)
+            dx, dy, dz = lx * sc, ly * sc, lz * sc
+            s = wk[0, i]
+            px[i0] = x0 + s * dx
+            py[i0] = y0 + s * dy
+            pz[i0] = z0 + s * dz
+            s = wk[1, i]
+            px[i1] += s * dx
+            py[i1] += s * dy
+            pz[i1] += s * dz
+            s = wk[2, i]
+            px[i2] += s * dx
+            py[i2] += s * dy
+            pz[i2] += s * dz
+            s = wk[3, i]
+            px[i3] += s * dx
+            py[i3] += s * dy
+            pz[i3] += s * dz
+            continue
         ln = np.sqrt(l2)
         inv = F1 / ln
         ux, uy, uz = lx * inv, ly * inv, lz * inv
-        c = ln - rest[i]
+        c = ln - r
         damp = F0
         if gamma != F0:
             k0 = k[0, i]
@@ -367,6 +464,80 @@ def capsule_distance(px, py, pz, ax, ay, az, bx, by, bz, ra, rb):
 
 
 @njit(**JIT)
+def prepare_capsules(cap, margin):
+    """Per-capsule constants for capsule_distance_pre (k, 12): a(3), unit
+    axis(3), length, 1/length, ra, rb (margin added), slope of the tangent
+    condition, mode (0 round cone, 1 sphere at a, 2 sphere at b)."""
+    k = cap.shape[0]
+    pre = np.zeros((k, 12), dtype=np.float32)
+    for j in range(k):
+        ax, ay, az = cap[j, 0], cap[j, 1], cap[j, 2]
+        dx, dy, dz = cap[j, 3] - ax, cap[j, 4] - ay, cap[j, 5] - az
+        ra = cap[j, 6] + margin
+        rb = cap[j, 7] + margin
+        ln = np.sqrt(dx * dx + dy * dy + dz * dz)
+        pre[j, 0], pre[j, 1], pre[j, 2] = ax, ay, az
+        pre[j, 8], pre[j, 9] = ra, rb
+        if ln < EPS:
+            pre[j, 5] = F1
+            pre[j, 11] = np.float32(1.0)
+            if rb > ra:
+                pre[j, 8] = rb
+            continue
+        inv = F1 / ln
+        pre[j, 3], pre[j, 4], pre[j, 5] = dx * inv, dy * inv, dz * inv
+        pre[j, 6], pre[j, 7] = ln, inv
+        kk = (ra - rb) * inv
+        if kk * kk < np.float32(0.999999):
+            pre[j, 10] = kk / np.sqrt(F1 - kk * kk)
+        else:
+            pre[j, 11] = np.float32(1.0) if ra > rb else np.float32(2.0)
+    return pre
+
+
+@njit(inline="always", **JIT)
+def capsule_distance_pre(px, py, pz, pre, j):
+    """capsule_distance with the per-capsule constants of prepare_capsules:
+    one sqrt and one division for equal radii."""
+    qx, qy, qz = px - pre[j, 0], py - pre[j, 1], pz - pre[j, 2]
+    ux, uy, uz = pre[j, 3], pre[j, 4], pre[j, 5]
+    ln = pre[j, 6]
+    x = qx * ux + qy * uy + qz * uz
+    mode = pre[j, 11]
+    slope = pre[j, 10]
+    if mode == F0:
+        sd = x
+        if slope != F0:
+            ex, ey, ez = qx - x * ux, qy - x * uy, qz - x * uz
+            sd = x - slope * np.sqrt(ex * ex + ey * ey + ez * ez)
+        if sd < F0:
+            sd = F0
+        if sd > ln:
+            sd = ln
+    elif mode == F1:
+        sd = F0
+    else:
+        sd = ln
+    s = sd * pre[j, 7]
+    r = pre[j, 8] + (pre[j, 9] - pre[j, 8]) * s
+    vx, vy, vz = qx - sd * ux, qy - sd * uy, qz - sd * uz
+    d2 = vx * vx + vy * vy + vz * vz
+    if d2 > EPS * EPS:
+        dc = np.sqrt(d2)
+        inv = F1 / dc
+        return dc - r, vx * inv, vy * inv, vz * inv, s
+    # On the axis: any direction perpendicular to it will do.
+    if abs(ux) < abs(uy):
+        nx, ny, nz = F0, -uz, uy
+    else:
+        nx, ny, nz = uz, F0, -ux
+    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
+    if nl < EPS:
+        return -r, F0, F0, F1, s
+    return -r, nx / nl, ny / nl, nz / nl, s
+
+
+@njit(**JIT)
 def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
     """Collider transforms at substep start (cap0) and end (cap1, plane1).
     cap rows: a(3) b(3) ra rb va(3) vb(3); plane rows: point(3) normal(3) vel(3)."""
@@ -424,6 +595,7 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
     n = np.uint64(pos.shape[1])
     k = cap1.shape[0]
     box = capsule_boxes(cap0, cap1, margin)
+    pre = prepare_capsules(cap1, margin)
     for i in range(n):
         hit[i] = 0
         if inv_mass[i] == F0 or k == 0:
@@ -451,12 +623,17 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
             sz = qz + g * (cap1[j, 2] - az0) + f * (cap1[j, 5] - cap0[j, 5])
             ex, ey, ez = pos[0, i] - sx, pos[1, i] - sy, pos[2, i] - sz
             seg = np.sqrt(ex * ex + ey * ey + ez * ez)
-            ra = cap1[j, 6] + margin
-            rb = cap1[j, 7] + margin
-            d, nx, ny, nz, s = capsule_distance(sx, sy, sz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
-                                                cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+            ra = pre[j, 8]
+            rb = pre[j, 9]
+            d, nx, ny, nz, s = capsule_distance_pre(sx, sy, sz, pre, j)
             if d > seg:
                 continue
+            if d > TRACE_EPS:
+                # 1-Lipschitz distance: the segment cannot reach the surface
+                # if both ends are further from it than its length allows.
+                de, _, _, _, _ = capsule_distance_pre(pos[0, i], pos[1, i], pos[2, i], pre, j)
+                if d + de > seg:
+                    continue
             u = F0
             hx, hy, hz = sx, sy, sz
             found = False
@@ -478,8 +655,7 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
                     if u >= F1:
                         break
                     hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
-                    d, nx, ny, nz, s = capsule_distance(hx, hy, hz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
-                                                        cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+                    d, nx, ny, nz, s = capsule_distance_pre(hx, hy, hz, pre, j)
             if found and u < best_u:
                 best_u = u
                 hit[i] = j + 1
@@ -505,6 +681,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
     kc = cap1.shape[0]
     kp = plane1.shape[0]
     box = capsule_boxes(cap1, cap1, margin)
+    pre = prepare_capsules(cap1, margin)
     for i in range(n):
         if inv_mass[i] == F0:
             continue
@@ -522,10 +699,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
             if (px < box[j, 0] or px > box[j, 3] or py < box[j, 1] or py > box[j, 4]
                     or pz < box[j, 2] or pz > box[j, 5]):
                 continue
-            ra = cap1[j, 6] + margin
-            rb = cap1[j, 7] + margin
-            d, nx, ny, nz, s = capsule_distance(px, py, pz, cap1[j, 0], cap1[j, 1], cap1[j, 2],
-                                                cap1[j, 3], cap1[j, 4], cap1[j, 5], ra, rb)
+            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, pre, j)
             if d < F0:
                 px -= d * nx
                 py -= d * ny
@@ -621,12 +795,23 @@ def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, h
 @njit(**JIT)
 def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda):
     ha = F1 / (h * h)
-    a, b, wa, wb, rest, lam = stretch
-    solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_STRETCH] * ha, cfg[C_D_STRETCH], use_lambda)
-    a, b, wa, wb, rest, lam = shear
-    solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_SHEAR] * ha, cfg[C_D_SHEAR], use_lambda)
-    idx, k, wk, swk2, rest, lam = bend
-    solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, cfg[C_A_BEND] * ha, cfg[C_D_BEND], use_lambda)
+    # The fast kernels need one iteration, no damping, and coefficients
+    # computed for this alpha~ (step.py refreshes them when it changes).
+    a, b, wa, wb, rest, lam, ca, cb = stretch
+    if use_lambda or cfg[C_D_STRETCH] != F0:
+        solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_STRETCH] * ha, cfg[C_D_STRETCH], use_lambda)
+    else:
+        solve_distance_fast(pos, a, b, ca, cb, rest)
+    a, b, wa, wb, rest, lam, ca, cb = shear
+    if use_lambda or cfg[C_D_SHEAR] != F0:
+        solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_SHEAR] * ha, cfg[C_D_SHEAR], use_lambda)
+    else:
+        solve_distance_fast(pos, a, b, ca, cb, rest)
+    idx, k, wk, swk2, rest, lam, c = bend
+    if use_lambda or cfg[C_D_BEND] != F0:
+        solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, cfg[C_A_BEND] * ha, cfg[C_D_BEND], use_lambda)
+    else:
+        solve_bending_fast(pos, idx, k, c, rest)
     if cfg[C_USE_TETHERS] != F0:
         tv, ta, tl, tw = tether
         solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])

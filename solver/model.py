@@ -52,6 +52,9 @@ class DistanceConstraints:
         self.lam = np.zeros(len(pairs), dtype=np.float32)
         self.wa = np.zeros(len(pairs), dtype=np.float32)
         self.wb = np.zeros(len(pairs), dtype=np.float32)
+        self.ca = np.zeros(len(pairs), dtype=np.float32)
+        self.cb = np.zeros(len(pairs), dtype=np.float32)
+        self._coef_alpha = None
 
     def __len__(self):
         return len(self.a)
@@ -64,9 +67,23 @@ class DistanceConstraints:
         # Per-constraint copies: unit-stride loads instead of gathers.
         self.wa[:] = inv_mass[self.a]
         self.wb[:] = inv_mass[self.b]
+        self._coef_alpha = None
+
+    def refresh_coefficients(self, alpha_tilde):
+        """ca = w_a / (w_a + w_b + alpha~), cb likewise, for the fast kernel;
+        recomputed only when alpha~ or the masses changed."""
+        if self._coef_alpha == alpha_tilde:
+            return
+        wa = self.wa.astype(np.float64)
+        wb = self.wb.astype(np.float64)
+        den = wa + wb + alpha_tilde
+        den[den == 0] = 1.0
+        self.ca[:] = wa / den
+        self.cb[:] = wb / den
+        self._coef_alpha = alpha_tilde
 
     def packed(self):
-        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam)
+        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam, self.ca, self.cb)
 
 
 class BendingConstraints:
@@ -83,6 +100,8 @@ class BendingConstraints:
         self.swk2 = np.zeros(len(idx), dtype=np.float32)
         self.rest = _f32(self.rest64)
         self.lam = np.zeros(len(idx), dtype=np.float32)
+        self.c = np.zeros_like(self.k)
+        self._coef_alpha = None
 
     def __len__(self):
         return len(self.rest)
@@ -91,13 +110,23 @@ class BendingConstraints:
         w = inv_mass[self.idx_aos].T.astype(np.float64)
         self.wk[:] = w * self.k64.T
         self.swk2[:] = np.sum(w * self.k64.T ** 2, axis=0)
+        self._coef_alpha = None
+
+    def refresh_coefficients(self, alpha_tilde):
+        """c_j = w_j k_j / (sum_j w_j k_j^2 + alpha~) for the fast kernel."""
+        if self._coef_alpha == alpha_tilde:
+            return
+        den = self.swk2.astype(np.float64) + alpha_tilde
+        den[den == 0] = 1.0
+        self.c[:] = self.wk.astype(np.float64) / den
+        self._coef_alpha = alpha_tilde
 
     def energy(self, positions, compliance=1.0):
         """Bending energy of (n, 3) positions, sum 0.5 C^2 / compliance."""
         return topology.bending_energy(positions, self.idx_aos, self.k64, self.rest64, compliance)
 
     def packed(self):
-        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam)
+        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam, self.c)
 
 
 class Model:

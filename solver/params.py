@@ -35,6 +35,8 @@ class ClothParams:
     separate shear constraints: their triangle edges are all structural, so
     shear is resisted by stretch_compliance (stiffer than a quad mesh's shear).
     N-gons get no shear constraints either.
+    Threads: one cloth is solved on one thread (intra-cloth threads stall
+    when another process holds a core); run several cloths in parallel.
     Damping (stretch_damping, ...): Rayleigh damping per class, the
     dimensionless gamma of XPBD's damped update; it resists the rate of
     constraint violation within a substep, 0 = none, ~0.01-1 typical.
@@ -78,9 +80,6 @@ class ClothParams:
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0
 
-    # Intra-cloth threads. 1 (default) is the robust choice on a busy machine.
-    threads: int = 1
-
     def validate(self):
         if int(self.substeps) < 1:
             raise SolverError(f"ClothParams.substeps must be >= 1, got {self.substeps}")
@@ -101,8 +100,6 @@ class ClothParams:
                 raise SolverError(f"ClothParams.{name} must be finite and >= 0, got {v}")
         if float(self.max_velocity) < 0 or np.isnan(float(self.max_velocity)):
             raise SolverError(f"ClothParams.max_velocity must be >= 0, got {self.max_velocity}")
-        if int(self.threads) < 1:
-            raise SolverError(f"ClothParams.threads must be >= 1, got {self.threads}")
 
 
 def _as_vec3(name, a, k=None):
@@ -135,18 +132,25 @@ class Capsules:
 
     def packed(self):
         """(k, 14) float32: a0, b0, a1, b1, radius_a, radius_b."""
-        a0 = _as_vec3("Capsules.a0", self.a0)
-        k = a0.shape[0]
-        b0 = _as_vec3("Capsules.b0", self.b0, k)
-        a1 = _as_vec3("Capsules.a1", self.a1, k)
-        b1 = _as_vec3("Capsules.b1", self.b1, k)
-        ra = np.broadcast_to(np.asarray(self.radius_a, dtype=np.float32), (k,))
-        rb = np.broadcast_to(np.asarray(self.radius_b, dtype=np.float32), (k,))
-        if not (np.all(np.isfinite(ra)) and np.all(np.isfinite(rb))) or np.any(ra < 0) or np.any(rb < 0):
-            raise SolverError("Capsules radius_a/radius_b must be finite and >= 0")
-        out = np.empty((k, 14), dtype=np.float32)
-        out[:, 0:3], out[:, 3:6], out[:, 6:9], out[:, 9:12] = a0, b0, a1, b1
-        out[:, 12], out[:, 13] = ra, rb
+        try:
+            a0 = np.asarray(self.a0, dtype=np.float32)
+            k = a0.shape[0] if a0.ndim == 2 else -1
+            out = np.empty((max(k, 0), 14), dtype=np.float32)
+            for col, name in ((0, "a0"), (3, "b0"), (6, "a1"), (9, "b1")):
+                v = np.asarray(getattr(self, name), dtype=np.float32)
+                if v.shape != (k, 3):
+                    raise SolverError(f"Capsules.{name} must have shape (k, 3) like a0 {a0.shape}, got {v.shape}")
+                out[:, col:col + 3] = v
+            out[:, 12] = self.radius_a
+            out[:, 13] = self.radius_b
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, SolverError):
+                raise
+            raise SolverError(f"Capsules: arrays must be (k, 3) end points and (k,) radii ({exc})") from None
+        if not np.isfinite(out).all():
+            raise SolverError("Capsules contain NaN or Inf")
+        if (out[:, 12:14] < 0).any():
+            raise SolverError("Capsules radius_a/radius_b must be >= 0")
         return out
 
 

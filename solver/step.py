@@ -28,6 +28,12 @@ def _per_vertex(name, value, n):
     return np.ascontiguousarray(a.T)
 
 
+def _params_key(params):
+    """Hashable snapshot of the params' values (a step with unchanged params
+    skips validation and rebuilding the kernel config)."""
+    return tuple(tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in vars(params).values())
+
+
 def _config(params, h):
     cfg = np.zeros(K.C_SIZE, dtype=np.float32)
     cfg[K.C_H] = h
@@ -66,7 +72,10 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     """
     if params is None:
         params = ClothParams()
-    params.validate()
+    key = _params_key(params)
+    cached = getattr(model, "_cfg_cache", None)
+    if cached is None or cached[0] != key:
+        params.validate()
     dt = float(dt)
     if not np.isfinite(dt) or dt <= 0.0:
         raise SolverError(f"dt must be a positive finite number of seconds, got {dt}")
@@ -96,7 +105,14 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             new = (old == 0) & (model.pin_weight > 0)
             state.pin_targets[:, new] = state.positions[:, new]
 
-    cfg = _config(params, h)
+    if cached is None or cached[0] != key or cached[1] != dt:
+        model._cfg_cache = (key, dt, _config(params, h))
+    cfg = model._cfg_cache[2]
+    # alpha~ exactly as the kernels compute it (float32), for the fast paths.
+    inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))
+    model.stretch.refresh_coefficients(float(cfg[K.C_A_STRETCH] * inv_h2))
+    model.shear.refresh_coefficients(float(cfg[K.C_A_SHEAR] * inv_h2))
+    model.bend.refresh_coefficients(float(cfg[K.C_A_BEND] * inv_h2))
     cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
     cfg[K.C_USE_WIND] = 1.0 if wind is not None else 0.0
     dummy = model.prev[:, :1]

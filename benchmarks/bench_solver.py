@@ -1,0 +1,127 @@
+"""Solver benchmark: the reference scene (a sheet hanging from its top row, a
+capsule swinging back and forth through it), growth with resolution, JIT
+compile time. One JSON line per case; never part of the test suite.
+
+    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick])
+
+Timings are per-step medians of single-threaded steps after warm-up. On a
+shared machine they are noisy: compare medians from the same run.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from common import edge_strain, emit, hanging_sheet, median_ms, swinging_capsule  # noqa: E402
+
+from drape.solver import ClothParams, StepInputs, build_model, step, vertex_masses  # noqa: E402
+
+DT = 1.0 / 60.0
+
+
+def _scene(nx, substeps, tethers):
+    rest, fi, fs, pin = hanging_sheet(nx, nx)
+    params = ClothParams(substeps=substeps, tethers=tethers)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    return model, params, rest
+
+
+def settled_hanging_ratio(nx, substeps, tethers, steps=240):
+    """Pinned row to lowest point once settled (no collider), over the rest length."""
+    model, params, rest = _scene(nx, substeps, tethers)
+    state = model.new_state()
+    for _ in range(steps):
+        step(model, state, None, DT, params)
+    z = state.positions[2]
+    return float((rest[0, 2] - z.min()) / (rest[0, 2] - rest[:, 2].min()))
+
+
+def swinging(nx, substeps, tethers, warmup=120, measured=240, scene="hanging_sheet_swinging_capsule"):
+    model, params, rest = _scene(nx, substeps, tethers)
+    state = model.new_state()
+    pairs, rest_len = model.stretch.pairs, model.stretch.rest
+    t = 0.0
+    times, means, maxes = [], [], []
+    for i in range(warmup + measured):
+        inputs = StepInputs(capsules=swinging_capsule(t, t + DT))
+        t0 = time.perf_counter()
+        step(model, state, inputs, DT, params)
+        elapsed = time.perf_counter() - t0
+        t += DT
+        if i >= warmup:
+            times.append(elapsed)
+            if i % 10 == 0:
+                s = edge_strain(state.positions_aos(), pairs, rest_len)
+                means.append(float(s.mean()))
+                maxes.append(float(s.max()))
+    return dict(scene=scene, vertices=int(model.n), substeps=substeps, threads=1, tethers=tethers,
+                ms_per_step_median=round(median_ms(times), 4),
+                ms_per_step_p10=round(float(np.percentile(times, 10)) * 1e3, 4),
+                mean_strain=round(float(np.mean(means)), 5), max_strain=round(float(np.max(maxes)), 5),
+                steps=measured, load_avg_1min=round(os.getloadavg()[0], 2))
+
+
+COMPILE_PROBE = """
+import time, sys
+t0 = time.perf_counter()
+sys.path.insert(0, {bench!r})
+from common import hanging_sheet, swinging_capsule
+from drape.solver import ClothParams, StepInputs, build_model, step, vertex_masses
+rest, fi, fs, pin = hanging_sheet(8, 8)
+p = ClothParams(substeps=2)
+m = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, p)
+st = m.new_state()
+t1 = time.perf_counter()
+step(m, st, StepInputs(capsules=swinging_capsule(0, 1 / 60)), 1 / 60, p)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def compile_times():
+    """First build + step in a fresh process, numba cache empty (cold) and warm."""
+    bench = str(pathlib.Path(__file__).resolve().parent)
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        for label in ("cold", "warm"):
+            res = subprocess.run([sys.executable, "-c", COMPILE_PROBE.format(bench=bench)], env=env,
+                                 capture_output=True, text=True, check=True)
+            build_s, step_s = (float(v) for v in res.stdout.split())
+            out[label] = (build_s, step_s)
+    return out
+
+
+def main():
+    quick = "--quick" in sys.argv
+    ct = compile_times()
+    emit(scene="jit_compile", vertices=81, substeps=2, threads=1, ms_per_step_median=None,
+         compile_cold_s=round(ct["cold"][0] + ct["cold"][1], 3), first_step_cold_s=round(ct["cold"][1], 3),
+         compile_warm_cache_s=round(ct["warm"][0] + ct["warm"][1], 3),
+         first_step_warm_cache_s=round(ct["warm"][1], 3))
+    for tethers in (True, False):
+        row = swinging(100, 2, tethers)
+        row["hanging_length_ratio"] = round(settled_hanging_ratio(100, 2, tethers), 4)
+        emit(**row)
+    row = swinging(32, 20, True, scene="sheet32_20_substeps_swinging_capsule")
+    emit(**row)
+    sizes = (32, 64, 100) if quick else (32, 64, 100, 200, 300)
+    base = None
+    for nx in sizes:
+        row = swinging(nx, 2, True, warmup=30, measured=60 if nx >= 200 else 120,
+                       scene="growth_swinging_capsule")
+        per_vertex = row["ms_per_step_median"] * 1e6 / row["vertices"]
+        base = base or per_vertex
+        row["ns_per_vertex"] = round(per_vertex, 2)
+        row["ns_per_vertex_vs_32"] = round(per_vertex / base, 3)
+        emit(**row)
+
+
+if __name__ == "__main__":
+    main()
