@@ -183,60 +183,157 @@ def _median_of_means(per_run):
     return statistics.median(statistics.fmean(r) for r in per_run)
 
 
-def blender_case(scene_name, sheet, frames, runs, quality, self_collision, intersect_frames=(),
-                 note=None):
-    per_run = []
-    metrics = None
-    for r in range(runs):
-        ms, m = run_blender(sheet, frames, quality, self_collision,
-                            intersect_frames=intersect_frames, with_metrics=(r == 0))
-        per_run.append(ms)
-        if r == 0:
-            metrics = m
-    rec = {
-        "scene": scene_name, "simulator": "blender_cloth", "vertices": sheet.n,
-        "quality": quality, "substeps": quality, "self_collision": self_collision,
-        "threads": blender_threads(), "frames": frames - 1, "runs": runs, "fps": bs.FPS,
-        "ms_per_frame_median": round(_median_of_means(per_run), 3),
-        "ms_per_frame_runs": [round(statistics.fmean(r), 3) for r in per_run],
-    }
-    rec.update(metrics.as_dict())
-    if note:
-        rec["note"] = note
-    emit(rec)
-    return rec
+class BlenderRuns:
+    """Runs of one Blender Cloth case; metrics come from the first run."""
+
+    def __init__(self, scene_name, sheet, frames, quality, self_collision, intersect_frames=(), note=None):
+        self.scene_name, self.sheet, self.frames = scene_name, sheet, frames
+        self.quality, self.self_collision = quality, self_collision
+        self.intersect_frames, self.note = intersect_frames, note
+        self.per_run, self.metrics = [], None
+
+    def run(self):
+        first = not self.per_run
+        ms, m = run_blender(self.sheet, self.frames, self.quality, self.self_collision,
+                            intersect_frames=self.intersect_frames, with_metrics=first)
+        self.per_run.append(ms)
+        if first:
+            self.metrics = m
+
+    def record(self):
+        rec = {
+            "scene": self.scene_name, "simulator": "blender_cloth", "vertices": self.sheet.n,
+            "quality": self.quality, "substeps": self.quality, "self_collision": self.self_collision,
+            "threads": blender_threads(), "frames": self.frames - 1, "runs": len(self.per_run), "fps": bs.FPS,
+            "ms_per_frame_median": round(_median_of_means(self.per_run), 3),
+            "ms_per_frame_runs": [round(statistics.fmean(r), 3) for r in self.per_run],
+        }
+        rec.update(self.metrics.as_dict())
+        if self.note:
+            rec["note"] = self.note
+        emit(rec)
+        return rec
+
+
+class DrapeRuns:
+    """Runs of one Drape (solver API) case; metrics come from the first run."""
+
+    def __init__(self, scene_name, sheet, frames, substeps, steps_per_frame, intersect_frames=(),
+                 self_collision=False, note=None):
+        self.scene_name, self.sheet, self.frames = scene_name, sheet, frames
+        self.params = drape_params(drape_api(), substeps)
+        self.steps_per_frame, self.self_collision = steps_per_frame, self_collision
+        self.intersect_frames, self.note = intersect_frames, note
+        self.per_run, self.metrics = [], None
+
+    def run(self):
+        first = not self.per_run
+        ms, _, m = run_drape(self.sheet, self.frames, self.params, self.steps_per_frame,
+                             intersect_frames=self.intersect_frames if first else (),
+                             self_collision=self.self_collision)
+        self.per_run.append(ms)
+        if first:
+            self.metrics = m
+
+    def record(self, vs=None):
+        p = self.params
+        ms_frame = _median_of_means(self.per_run)
+        rec = {
+            "scene": self.scene_name, "simulator": "drape", "vertices": self.sheet.n,
+            "substeps": p.substeps, "iterations": p.iterations,
+            "steps_per_frame": self.steps_per_frame, "self_collision": self.self_collision,
+            "tethers": bool(p.tethers), "threads": drape_threads(p),
+            "frames": self.frames - 1, "runs": len(self.per_run), "fps": bs.FPS,
+            "ms_per_frame_median": round(ms_frame, 4),
+            "ms_per_step_median": round(ms_frame / self.steps_per_frame, 4),
+            "ms_per_frame_runs": [round(statistics.fmean(r), 4) for r in self.per_run],
+        }
+        if vs is not None:
+            rec["vs"] = f"blender_cloth quality {vs['quality']}" + (" self collision" if vs["self_collision"] else "")
+            rec["blender_ms_per_frame"] = vs["ms_per_frame_median"]
+            rec["speedup_vs_blender"] = round(vs["ms_per_frame_median"] / ms_frame, 1)
+            rec["blender_mean_strain"] = vs["mean_strain"]
+            rec["blender_max_strain"] = vs["max_strain"]
+        rec.update(self.metrics.as_dict())
+        if self.note:
+            rec["note"] = self.note
+        emit(rec)
+        return rec
+
+
+def blender_case(scene_name, sheet, frames, runs, quality, self_collision, intersect_frames=(), note=None):
+    case = BlenderRuns(scene_name, sheet, frames, quality, self_collision, intersect_frames, note)
+    for _ in range(runs):
+        case.run()
+    return case.record()
 
 
 def drape_case(scene_name, sheet, frames, runs, substeps, steps_per_frame, vs=None,
                intersect_frames=(), self_collision=False, note=None):
-    solver = drape_api()
-    params = drape_params(solver, substeps)
-    per_run = []
-    metrics = None
+    case = DrapeRuns(scene_name, sheet, frames, substeps, steps_per_frame, intersect_frames,
+                     self_collision, note)
+    for _ in range(runs):
+        case.run()
+    return case.record(vs)
+
+
+def paired_case(runs, blender, drape):
+    """Blender and Drape runs alternated (B, D, B, D, ...) so that a busy neighbour on
+    this shared machine weighs on both alike; returns (blender record, drape record).
+    `blender` may be None (no bpy): Drape alone."""
+    for _ in range(runs):
+        if blender is not None:
+            blender.run()
+        drape.run()
+    b = blender.record() if blender is not None else None
+    return b, drape.record(vs=b)
+
+
+def run_drape_addon(sheet, frames, with_metrics=True):
+    """Drape as the add-on inside Blender: scene.frame_set drives its runtime (read the
+    evaluated pin targets and colliders, step, write the result back for the viewport)."""
+    import bpy
+    obj = bs.build_drape_addon_scene(sheet, frames)
+    scene = bpy.context.scene
+    metrics = Q.FrameMetrics(sheet.rest, sheet.face_indices, sheet.face_sizes) if with_metrics else None
+    frame_ms = []
+    step_ms = []
+    from drape.scene import runtime
+    for f in range(2, frames + 1):
+        t0 = time.perf_counter()
+        scene.frame_set(f)
+        frame_ms.append((time.perf_counter() - t0) * 1000.0)
+        entry = runtime.get(obj)
+        if entry is None or entry.error:
+            raise RuntimeError(f"Drape add-on did not simulate frame {f}: {entry and entry.error}")
+        step_ms.append(entry.last_step_ms)
+        if with_metrics:
+            x = bs.evaluated_positions(obj)
+            c = bs.sphere_center(f)
+            metrics.add(x, Q.inside_capsule(x, c, c, bs.SPHERE_RADIUS))
+    return frame_ms, step_ms, metrics, obj.drape.substeps
+
+
+def drape_addon_case(scene_name, sheet, frames, runs, vs=None, note=None):
+    per_run, steps, metrics, substeps = [], [], None, None
     for r in range(runs):
-        ms, _, m = run_drape(sheet, frames, params, steps_per_frame,
-                             intersect_frames=intersect_frames if r == 0 else (),
-                             self_collision=self_collision)
+        ms, st, m, substeps = run_drape_addon(sheet, frames, with_metrics=(r == 0))
         per_run.append(ms)
+        steps.append(statistics.fmean(st))
         if r == 0:
             metrics = m
     ms_frame = _median_of_means(per_run)
     rec = {
-        "scene": scene_name, "simulator": "drape", "vertices": sheet.n,
-        "substeps": params.substeps, "iterations": params.iterations,
-        "steps_per_frame": steps_per_frame, "self_collision": self_collision,
-        "tethers": bool(params.tethers), "threads": drape_threads(params),
-        "frames": frames - 1, "runs": runs, "fps": bs.FPS,
-        "ms_per_frame_median": round(ms_frame, 4),
-        "ms_per_step_median": round(ms_frame / steps_per_frame, 4),
-        "ms_per_frame_runs": [round(statistics.fmean(r), 4) for r in per_run],
+        "scene": scene_name, "simulator": "drape_addon", "vertices": sheet.n, "substeps": substeps,
+        "steps_per_frame": 1, "self_collision": False, "threads": 1, "frames": frames - 1, "runs": runs,
+        "fps": bs.FPS, "ms_per_frame_median": round(ms_frame, 3),
+        "ms_per_step_median": round(statistics.median(steps), 3),
+        "ms_per_frame_runs": [round(statistics.fmean(r), 3) for r in per_run],
     }
     if vs is not None:
-        rec["vs"] = f"blender_cloth quality {vs['quality']}" + (" self collision" if vs["self_collision"] else "")
+        rec["vs"] = f"blender_cloth quality {vs['quality']}"
         rec["blender_ms_per_frame"] = vs["ms_per_frame_median"]
         rec["speedup_vs_blender"] = round(vs["ms_per_frame_median"] / ms_frame, 1)
-        rec["blender_mean_strain"] = vs["mean_strain"]
-        rec["blender_max_strain"] = vs["max_strain"]
     rec.update(metrics.as_dict())
     if note:
         rec["note"] = note
@@ -318,77 +415,93 @@ def main(argv=None):
     mid = frames // 2
     inter10 = (mid, frames)
 
-    # 1. Blender at its default quality 5, and Drape at its defaults.
-    b5 = None
-    if use_blender:
-        b5 = blender_case("hanging_sheet_sphere", sheet10, frames, runs, 5, False, inter10,
-                          note="Blender Cloth defaults (mass 0.3 kg/vertex, tension 15), quality 5")
-    d_def = drape_case("hanging_sheet_sphere", sheet10, frames, runs, default_substeps, spf, vs=b5,
-                       intersect_frames=inter10, note="Drape with the add-on defaults; same 0.3 kg/vertex as Blender")
+    S = "hanging_sheet_sphere"
+    # 1. Blender at its default quality 5 against Drape at the add-on's defaults.
+    b5, d_def = paired_case(
+        runs,
+        BlenderRuns(S, sheet10, frames, 5, False, inter10,
+                    note="Blender Cloth defaults (mass 0.3 kg/vertex, tension 15), quality 5") if use_blender else None,
+        DrapeRuns(S, sheet10, frames, default_substeps, spf, inter10,
+                  note="Drape with the add-on defaults; same 0.3 kg/vertex as Blender"))
 
-    # 2. Blender at the quality whose stretch matches Drape's defaults.
+    # 1b. Drape as the add-on: scene.frame_set with the live runtime (the whole frame, as an artist gets it).
+    if use_blender:
+        try:
+            drape_addon_case(S, sheet10, frames, runs, vs=b5,
+                             note="drape.cloth_add on the sheet, sphere as a capsule collider; "
+                                  "ms per frame = scene.frame_set (read inputs, step, write back)")
+        except Exception as exc:  # the add-on is optional for this benchmark
+            log(f"drape add-on case skipped: {exc}")
+
     probe_frames = min(frames, 16)
     if use_blender:
+        # 2. Blender at the cheapest quality whose stretch is no more than Drape's defaults.
         _, _, dm = run_drape(sheet10, probe_frames, drape_params(solver), spf)
         target = mean_strain_over(dm)
         q, probes = find_blender_quality(sheet10, probe_frames, target,
                                          [1, 2, 3, 5] if quick else [1, 2, 3, 4, 5, 7, 10])
-        emit({"scene": "hanging_sheet_sphere", "simulator": "blender_cloth", "search": "quality_matching_drape_stretch",
+        emit({"scene": S, "simulator": "blender_cloth", "search": "quality_matching_drape_stretch",
               "vertices": sheet10.n, "frames": probe_frames - 1, "drape_mean_strain": round(target, 5),
               "matched_quality": q, "probes": probes})
         if q is not None and q != 5:
-            bq = blender_case("hanging_sheet_sphere", sheet10, frames, runs, q, False, inter10,
-                              note=f"quality {q}: the cheapest whose mean strain <= Drape's")
-            drape_case("hanging_sheet_sphere", sheet10, frames, runs, default_substeps, spf, vs=bq,
-                       note="Drape defaults vs Blender at matched stretch")
-        # 3. Drape stiffened (more substeps) until its stretch is no more than Blender's at quality 5.
+            bq = blender_case(S, sheet10, frames, runs, q, False, inter10,
+                              note=f"quality {q}: the cheapest whose mean strain <= Drape's defaults")
+            emit({"scene": S, "comparison": f"drape defaults vs blender_cloth quality {q} (matched stretch)",
+                  "vertices": sheet10.n, "drape_ms_per_frame": d_def["ms_per_frame_median"],
+                  "blender_ms_per_frame": bq["ms_per_frame_median"],
+                  "speedup_vs_blender": round(bq["ms_per_frame_median"] / d_def["ms_per_frame_median"], 1),
+                  "drape_mean_strain": d_def["mean_strain"], "blender_mean_strain": bq["mean_strain"]})
+        # 3. Drape with more substeps until its stretch is no more than Blender's at quality 5.
         if d_def["mean_strain"] > b5["mean_strain"]:
             n, probes = find_drape_substeps(sheet10, probe_frames, spf, b5["mean_strain"],
                                             [n for n in (6, 8, 12, 16, 24, 32, 48) if n > default_substeps])
-            emit({"scene": "hanging_sheet_sphere", "simulator": "drape", "search": "substeps_matching_blender_q5_stretch",
+            emit({"scene": S, "simulator": "drape", "search": "substeps_matching_blender_q5_stretch",
                   "vertices": sheet10.n, "frames": probe_frames - 1, "blender_mean_strain": b5["mean_strain"],
                   "matched_substeps": n, "probes": probes})
             if n is not None:
-                drape_case("hanging_sheet_sphere", sheet10, frames, runs, n, spf, vs=b5,
-                           intersect_frames=inter10, note="Drape with stretch <= Blender quality 5")
+                drape_case(S, sheet10, frames, runs, n, spf, vs=b5, intersect_frames=inter10,
+                           note="Drape with stretch <= Blender quality 5")
 
-    # 4. Self collision on.
-    sc_inter = (sc_frames,)
-    bsc = None
-    if use_blender:
-        bsc = blender_case("hanging_sheet_sphere", sheet10, sc_frames, runs, 5, True, sc_inter,
-                           note=f"self collision on; {sc_frames - 1} frames only (~2 s per frame)")
+    # 4. Self collision on (Blender costs seconds per frame here: a few frames only).
     if drape_has_self_collision():
-        drape_case("hanging_sheet_sphere", sheet10, sc_frames, runs, default_substeps, spf, vs=bsc,
-                   intersect_frames=sc_inter, self_collision=True, note=f"self collision on; same {sc_frames - 1} frames")
-        drape_case("hanging_sheet_sphere", sheet10, frames, runs, default_substeps, spf,
-                   intersect_frames=inter10, self_collision=True, note="self collision on, full length")
+        paired_case(
+            runs,
+            BlenderRuns(S, sheet10, sc_frames, 5, True, (sc_frames,),
+                        note=f"self collision on; {sc_frames - 1} frames only") if use_blender else None,
+            DrapeRuns(S, sheet10, sc_frames, default_substeps, spf, (sc_frames,), self_collision=True,
+                      note=f"self collision on; the same {sc_frames - 1} frames"))
+        drape_case(S, sheet10, frames, runs, default_substeps, spf, intersect_frames=inter10,
+                   self_collision=True, note="self collision on, full length")
     else:
         log("drape self collision not available yet: skipped")
 
     # 5. 40k vertices.
     sheet40 = bs.Sheet(200)
-    b40 = None
-    if use_blender:
-        b40 = blender_case("hanging_sheet_sphere", sheet40, big_frames, runs, 5, False, (big_frames,),
-                           note=f"{big_frames - 1} frames only")
-    drape_case("hanging_sheet_sphere", sheet40, big_frames, runs, default_substeps, spf, vs=b40,
-               intersect_frames=(big_frames,), note=f"same {big_frames - 1} frames")
+    b40, _ = paired_case(
+        runs,
+        BlenderRuns(S, sheet40, big_frames, 5, False, (big_frames,),
+                    note=f"{big_frames - 1} frames only") if use_blender else None,
+        DrapeRuns(S, sheet40, big_frames, default_substeps, spf, (big_frames,),
+                  note=f"the same {big_frames - 1} frames"))
 
-    # 6. Scaling curve.
+    # 6. Scaling curve: Drape 1k..100k, Blender up to 40k (10k and 40k from the cases above).
     drape_sizes = [31, 50, 100, 150, 200, 250, 316] if not quick else [31, 100]
-    blender_sizes = {31: (24, runs), 50: (24, runs), 150: (12, 1)} if not quick else {31: (6, 1)}
+    blender_sizes = {31: (24, runs), 50: (24, runs), 150: (9, 1)} if not quick else {31: (6, 1)}
     known = {100: b5, 200: b40}
     scaling_frames = 12 if quick else 24
     for res in drape_sizes:
         sh = sheet10 if res == 100 else (sheet40 if res == 200 else bs.Sheet(res))
-        vs = known.get(res)
+        blender = None
         if use_blender and res in blender_sizes:
             bf, br = blender_sizes[res]
-            vs = blender_case("scaling", sh, bf, br, 5, False, (), note=f"{bf - 1} frames, {br} run(s)")
-        rec = drape_case("scaling", sh, scaling_frames, runs, default_substeps, spf, vs=vs)
-        if vs is not None and res in known:
-            rec["blender_from"] = "hanging_sheet_sphere case above"
+            blender = BlenderRuns("scaling", sh, bf, 5, False, note=f"{bf - 1} frames, {br} run(s)")
+            for _ in range(br):
+                blender.run()
+        drape = DrapeRuns("scaling", sh, scaling_frames, default_substeps, spf)
+        for _ in range(runs):
+            drape.run()
+        vs = blender.record() if blender is not None else known.get(res)
+        drape.record(vs=vs)
     summary = {"scene": "summary", "total_s": round(time.perf_counter() - t_start, 1),
                "load_average_start": load_start, "load_average_end": [round(x, 2) for x in os.getloadavg()],
                "drape_compile_s": round(compile_s, 2), "machine_cores": os.cpu_count(),

@@ -194,3 +194,41 @@ def run_blender(sheet, frames, quality=5, self_collision=False, sample_frames=()
         if f in sample_frames:
             samples[f] = (evaluated_positions(obj).copy(), sphere_planes(sphere))
     return times, samples
+
+
+def build_drape_addon_scene(sheet, frames, mass_per_vertex=BLENDER_VERTEX_MASS, substeps=None):
+    """The same scene for Drape running inside Blender as the add-on: the sheet made a
+    cloth with drape.cloth_add (pin group 'pin'), the sphere a zero-length capsule
+    collider on an Empty keyed on every frame. Returns the sheet object."""
+    import bpy
+    import drape
+
+    obj, sphere = build_blender_scene(sheet, frames, quality=1)
+    obj.modifiers.remove(obj.modifiers["Cloth"])
+    if not hasattr(bpy.types.Object, "drape"):
+        drape.register()
+    scene = bpy.context.scene
+    col = bpy.data.objects.new("sphere_collider", None)
+    scene.collection.objects.link(col)
+    col.scale = (1.0, 1e-4, 1.0)   # a capsule's length is its Y scale: a sphere
+    col.drape_collider.kind = 'CAPSULE'
+    col.drape_collider.radius_start = col.drape_collider.radius_end = SPHERE_RADIUS
+    for f in range(1, frames + 2):
+        col.location = tuple(sphere_center(f))
+        col.keyframe_insert("location", frame=f)
+    for fc in _action_fcurves(col.animation_data.action):
+        for kp in fc.keyframe_points:
+            kp.interpolation = "LINEAR"
+    bpy.data.objects.remove(sphere, do_unlink=True)
+    for o in bpy.context.scene.objects:
+        o.select_set(False)
+    obj.select_set(True)
+    bpy.context.view_layer.objects.active = obj
+    result = bpy.ops.drape.cloth_add(pin_group="pin")
+    if "FINISHED" not in result:
+        raise RuntimeError(f"drape.cloth_add failed: {result}")
+    obj.drape.areal_density = mass_per_vertex * sheet.n / sheet.area
+    if substeps is not None:
+        obj.drape.substeps = substeps
+    scene.frame_set(1)
+    return obj
