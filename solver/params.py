@@ -80,6 +80,10 @@ class ClothParams:
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0
 
+    # Reserved: every cloth is solved on one thread today (see above); values
+    # > 1 are accepted and currently run single-threaded.
+    threads: int = 1
+
     def validate(self):
         if int(self.substeps) < 1:
             raise SolverError(f"ClothParams.substeps must be >= 1, got {self.substeps}")
