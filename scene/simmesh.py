@@ -177,10 +177,14 @@ def simplify(positions, face_indices, face_sizes, weights, target_vertices, *, n
 
         n_tris = int((sizes - 2).sum())
         best = None
-        # Vertex count grows about linearly with the kept triangle ratio;
-        # secant steps on that line, bracketed.
+        # First guess from Euler's formula: Decimate keeps the hem (B edges)
+        # and the Euler characteristic, so a triangulated surface with V
+        # vertices has T = 2 (V - chi) - B triangles. Then secant steps,
+        # bracketed, on the (nearly linear) count-vs-ratio curve.
+        n_boundary = int(boundary.sum())
+        chi = pos.shape[0] - (n_tris + n_boundary) / 2.0
         lo, hi = (0.0, 0), (1.0, pos.shape[0])
-        ratio = min(1.0, target / pos.shape[0])
+        ratio = (2.0 * (target - chi) - n_boundary) / max(n_tris, 1)
         for _ in range(_MAX_TRIES):
             mod.ratio = float(np.clip(ratio, 1.0 / max(n_tris, 1), 1.0))
             depsgraph.update()
@@ -199,8 +203,9 @@ def simplify(positions, face_indices, face_sizes, weights, target_vertices, *, n
             else:
                 ratio = 0.5 * (lo[0] + hi[0])
             ratio = float(np.clip(ratio, lo[0] + 1e-6, hi[0] - 1e-6))
-        mod.ratio = best[0]
-        depsgraph.update()
+        if mod.ratio != best[0]:  # setting it again would decimate again
+            mod.ratio = best[0]
+            depsgraph.update()
         evaluated = obj.evaluated_get(depsgraph)
         c_pos, c_corners, c_sizes, c_weights = _read(evaluated.data, names)
     finally:
