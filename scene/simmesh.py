@@ -16,8 +16,10 @@ vertex and spend the whole budget inside, leaving a fringe of slivers along
 each hem. ``solver.simplify.thin_boundary`` first thins each boundary loop to
 the spacing the budget allows by welding hem vertices into kept hem
 neighbours (kept vertices are original ones, corners are kept), then
-Decimate reduces the interior; the modifier's ratio (a triangle count) is
-iterated until the vertex count is within 5 % of the budget. Vertices on the
+Decimate reduces the interior. The modifier's ratio is a triangle count;
+Euler's formula (the hem and the Euler characteristic survive) turns the
+vertex budget into that ratio, usually exact at the first evaluation, and
+secant steps follow until the vertex count is within 5 % of the budget. Vertices on the
 border of a weight's support (where a pin group starts) are protected through
 the modifier's vertex group, so a pinned collar keeps its edge.
 
