@@ -83,19 +83,23 @@ def _support_borders(corners, sizes, weights, n):
 
 def _new_mesh(pos, corners, sizes, weights):
     mesh = bpy.data.meshes.new("drape_simplify_tmp")
-    mesh.vertices.add(pos.shape[0])
-    mesh.vertices.foreach_set("co", pos.ravel())
-    mesh.loops.add(corners.shape[0])
-    mesh.loops.foreach_set("vertex_index", corners.astype(np.int32))
-    mesh.polygons.add(sizes.shape[0])
-    mesh.polygons.foreach_set("loop_start", (np.cumsum(sizes) - sizes).astype(np.int32))
-    mesh.update()
-    names = {}
-    for i, (key, w) in enumerate(weights.items()):
-        attr_name = f"{_WEIGHT_PREFIX}{i}"
-        attr = mesh.attributes.new(attr_name, 'FLOAT', 'POINT')
-        attr.data.foreach_set("value", w)
-        names[key] = attr_name
+    try:
+        mesh.vertices.add(pos.shape[0])
+        mesh.vertices.foreach_set("co", pos.ravel())
+        mesh.loops.add(corners.shape[0])
+        mesh.loops.foreach_set("vertex_index", corners.astype(np.int32))
+        mesh.polygons.add(sizes.shape[0])
+        mesh.polygons.foreach_set("loop_start", (np.cumsum(sizes) - sizes).astype(np.int32))
+        mesh.update()
+        names = {}
+        for i, (key, w) in enumerate(weights.items()):
+            attr_name = f"{_WEIGHT_PREFIX}{i}"
+            attr = mesh.attributes.new(attr_name, 'FLOAT', 'POINT')
+            attr.data.foreach_set("value", w)
+            names[key] = attr_name
+    except Exception:
+        bpy.data.meshes.remove(mesh)
+        raise
     return mesh, names
 
 
