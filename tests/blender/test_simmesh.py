@@ -161,3 +161,17 @@ def test_bad_input_names_the_mesh_and_leaves_nothing(empty_scene):
     with pytest.raises(ValueError, match="'Cape'.*too small"):
         simmesh.simplify(pos, faces, sizes, {}, 2, name="Cape")
     assert datablock_counts() == before
+
+
+def test_a_failure_midway_leaves_nothing_behind(empty_scene, monkeypatch):
+    pos, faces, sizes = quad_sheet(30)
+    before = datablock_counts()
+
+    def broken(*args):
+        raise RuntimeError("reading the decimated mesh failed")
+
+    monkeypatch.setattr(simmesh, "_read", broken)
+    with pytest.raises(RuntimeError, match="decimated"):
+        simmesh.simplify(pos, faces, sizes, {"pin": np.ones(len(pos))}, 300)
+    assert datablock_counts() == before
+    assert bpy.context.scene == empty_scene
