@@ -247,8 +247,8 @@ def add_cape(rig, dense=(56, 72), coarse=(14, 18)):
     pin group 'collar'."""
     bone = rig.data.bones["spine.003"]
     top_z = bone.tail_local.z - 0.06
-    back_y = bone.tail_local.y + 0.16
-    width, length = 0.62, 1.0
+    back_y = bone.tail_local.y + 0.19
+    width, length = 0.44, 0.95
     corner = (-width / 2, back_y, top_z)
     u = (width, 0.0, 0.0)
     v = (0.0, 0.0, -length)
@@ -369,7 +369,7 @@ def add_table(location=(-2.6, -0.6, 0.0), size=(1.2, 0.8), height=0.75):
         empty.hide_render = True
         slats.append(empty)
     side = 2.3
-    me, _ = grid_mesh("Tablecloth", 64, 64, (x - side / 2, y - side / 2 + 0.25, z + height + 0.18),
+    me, _ = grid_mesh("Tablecloth", 110, 110, (x - side / 2, y - side / 2 + 0.25, z + height + 0.18),
                       (side, 0.0, 0.0), (0.0, side, 0.0))
     cloth = new_object("Tablecloth", me)
     cloth.data.materials.append(material("Tablecloth", (0.92, 0.92, 0.88)))
@@ -562,7 +562,8 @@ def main(argv=None):
     _run_op(bpy.ops.drape.collider_add, type="PLANE")
 
     cape, proxy = add_cape(rig)
-    make_cloth(cape, "collar", sim_source="PROXY", proxy=proxy, tethers=True, substeps=6)
+    make_cloth(cape, "collar", sim_source="PROXY", proxy=proxy, tethers=True, substeps=6,
+               areal_density=0.35, air_drag=0.3)
     skirt = add_skirt(rig)
     make_cloth(skirt, "waist", self_collision=True, substeps=6)
     flag, pole, wind = add_flag()
@@ -571,7 +572,9 @@ def main(argv=None):
     for s in slats:
         s.drape_collider.kind = "CAPSULE"
         s.drape_collider.radius_start = s.drape_collider.radius_end = 0.05
-    make_cloth(tablecloth, "", self_collision=True, substeps=6, tethers=False)
+    # A dense tablecloth (12k vertices) simulated on an automatic 3,000-vertex simplification.
+    make_cloth(tablecloth, "", self_collision=True, substeps=6, tethers=False,
+               sim_source="AUTO", vertex_budget=3000)
     cloths = [cape, skirt, flag, tablecloth]
     targets = {"Cape": "SHAPE_KEYS", "Skirt": "PC2", "Flag": "PC2", "Tablecloth": "ALEMBIC"}
     for obj in cloths:
