@@ -159,10 +159,16 @@ class DrapeClothSettings(PropertyGroup):
                                   default=0.004, min=0.0, soft_max=0.05, subtype='DISTANCE', precision=4)
     self_friction: FloatProperty(name="Friction", description="Friction between cloth surfaces",
                                  default=0.2, min=0.0, soft_max=1.5)
+    cloth_collision: BoolProperty(
+        name="Collide with other cloths",
+        description="Simulate together with every other cloth that has this on, in one solver model, "
+                    "so they collide with each other (self-collision contacts between objects); "
+                    "solver settings then come from the first of them by name",
+        default=False)
     self_conservativeness: FloatProperty(name="Conservativeness",
                                          description="How far ahead contacts are predicted from closing "
                                                      "speed (0 = only pairs already within thickness)",
-                                         default=1.0, min=0.0, soft_max=2.0)
+                                         default=1.5, min=0.0, soft_max=3.0)
 
     # Wind response
     wind_drag: FloatProperty(name="Drag", description="Aerodynamic drag coefficient against Wind fields",

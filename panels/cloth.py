@@ -143,6 +143,7 @@ def _draw_self(self, context):
     col.prop(s, "self_thickness")
     col.prop(s, "self_friction")
     col.prop(s, "self_conservativeness")
+    layout.prop(s, "cloth_collision")
 
 
 def _draw_wind(self, context):

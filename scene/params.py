@@ -59,5 +59,5 @@ def rebuild_key(obj):
     proxy = s.proxy.name if (s.sim_source == 'PROXY' and s.proxy is not None) else ""
     return (
         s.sim_source, proxy, s.vertex_budget if s.sim_source == 'AUTO' else 0,
-        round(s.areal_density, 9), s.mass_group, s.pin_group, s.tethers, s.self_collision,
+        round(s.areal_density, 9), s.mass_group, s.pin_group, s.tethers, s.self_collision, s.cloth_collision,
     )

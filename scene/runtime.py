@@ -2,7 +2,10 @@
 
 The registry maps ``Object.drape.uid`` (a random id stored on the object, so
 it survives renames, undo and save/reload; a duplicated object gets a fresh
-one) to a :class:`ClothRuntime`. It never holds bpy objects, only arrays, so
+one) to a :class:`ClothRuntime`: one per cloth, or one shared by every cloth
+with "Collide with other cloths" on (one model, one self-collision region per
+object, so they collide with each other; the first by name gives the solver
+settings, each keeps its own mesh, density and pins). It never holds bpy objects, only arrays, so
 deleting, undoing or reloading can't leave it pointing at freed data.
 
 ``frame_change_post`` (a @persistent handler, added in register() and removed
@@ -71,24 +74,36 @@ def ensure_uid(obj, taken=None):
     return uid
 
 
-class ClothRuntime:
-    """Live solver state and cache of one cloth."""
+class Member:
+    """One cloth object inside a simulation: where its simulated vertices sit
+    in the model and how its dense mesh is rebuilt from them."""
 
-    def __init__(self, uid):
+    def __init__(self, uid, name, source):
         self.uid = uid
+        self.name = name
+        self.source = source
         self.key = None
-        self.source = 'SELF'
+        self.dense_count = 0
+        self.binding = None        # PROXY/AUTO: dense vertices bound to the coarse surface
+        self.pin_binding = None    # PROXY/AUTO: coarse vertices bound to the dense surface
+        self.start = 0             # its simulated vertices: model rows start:stop
+        self.stop = 0
+        self.frames = {}           # frame -> (m, 3) float32, object local space
+        self.prev_targets = None
+
+
+class ClothRuntime:
+    """Live solver state and cache of one simulation: a single cloth, or
+    every cloth with "Collide with other cloths" on, concatenated into one
+    model with one self-collision region per object (cloth-cloth contacts)."""
+
+    def __init__(self, members):
+        self.members = members
+        self.key = None
         self.model = None
         self.state = None
-        self.binding = None
-        self.coarse_rest = None
-        self.pin_binding = None     # PROXY/AUTO: coarse vertices bound to the dense surface
-        self.dense_rest = None
-        self.dense_count = 0
-        self.frames = {}
         self.first_frame = None
         self.last_frame = None
-        self.prev_targets = None
         self.prev_colliders = None
         self.builds = 0
         self.steps = 0
@@ -98,24 +113,40 @@ class ClothRuntime:
         self.last_write_ms = 0.0
         self.last_skin_ms = 0.0
 
+    def member(self, uid):
+        for m in self.members:
+            if m.uid == uid:
+                return m
+        raise KeyError(uid)
+
+    @property
+    def frames(self):
+        """The first (for a single cloth: the only) member's cached frames."""
+        return self.members[0].frames
+
     @property
     def cache_range(self):
-        if not self.frames:
+        frames = self.members[0].frames
+        if not frames:
             return None
-        return (min(self.frames), max(self.frames))
+        return (min(frames), max(frames))
 
 
 def get(obj):
-    """The live runtime of ``obj`` or None."""
+    """The live runtime simulating ``obj`` (shared by a cloth-cloth group) or None."""
     if obj is None or obj.type != 'MESH':
         return None
     return _registry.get(obj.drape.uid)
 
 
 def drop(obj):
-    """Forget ``obj``'s live cache and show its un-simulated mesh."""
+    """Forget ``obj``'s live cache (its whole collision group's) and show its
+    un-simulated mesh; the others in the group rebuild on the next frame."""
     if obj is not None and obj.type == 'MESH':
-        _registry.pop(obj.drape.uid, None)
+        sim = _registry.pop(obj.drape.uid, None)
+        if sim is not None:
+            for m in sim.members:
+                _registry.pop(m.uid, None)
         writeback.clear_result(obj)
 
 
@@ -128,16 +159,15 @@ def dense_positions_local(obj):
     (m, 3) float32: what the viewport shows. Raises RuntimeError with the
     reason when the current frame has no simulated result."""
     frame = bpy.context.scene.frame_current
-    entry = get(obj)
-    if entry is None:
+    sim = get(obj)
+    if sim is None:
         raise RuntimeError(f"'{obj.name}' has no live Drape simulation (is it a Drape cloth, and has the "
                            f"timeline moved since it was enabled?)")
-    if entry.error:
-        raise RuntimeError(entry.error)
-    result = entry.frames.get(frame)
+    if sim.error:
+        raise RuntimeError(sim.error)
+    result = sim.member(obj.drape.uid).frames.get(frame)
     if result is None:
-        rng = entry.cache_range
-        raise RuntimeError(f"'{obj.name}' has no simulated result for frame {frame} (cache: {rng})")
+        raise RuntimeError(f"'{obj.name}' has no simulated result for frame {frame} (cache: {sim.cache_range})")
     return result
 
 
@@ -154,7 +184,11 @@ def _full_key(obj):
     proxy_key = ()
     if s.sim_source == 'PROXY' and s.proxy is not None and s.proxy.type == 'MESH':
         proxy_key = _topology_key(s.proxy)
-    return (params.rebuild_key(obj), _topology_key(obj), proxy_key)
+    return (obj.drape.uid, params.rebuild_key(obj), _topology_key(obj), proxy_key)
+
+
+def _sim_key(objs):
+    return tuple(_full_key(o) for o in objs)
 
 
 def _interpolate(binding, dense_values):
@@ -164,8 +198,8 @@ def _interpolate(binding, dense_values):
     return (dense_values[corners] * bary).sum(axis=1).astype(np.float32)
 
 
-def _coarse_frame(entry, obj, depsgraph, dense):
-    """Pin targets (world) and pin weights for the simulated vertices.
+def _member_frame(member, dense):
+    """Pin targets (world) and pin weights for a member's simulated vertices.
 
     A proxy or simplified mesh gets both from the dense mesh: each coarse
     vertex is bound (once, ``pin_binding``) to the dense surface like a dense
@@ -173,82 +207,119 @@ def _coarse_frame(entry, obj, depsgraph, dense):
     reconstruction, so the collar of a coarse cape turns with the chest;
     weights are the dense weights interpolated with that binding's
     barycentrics. The artist pins once, on the render mesh."""
-    if entry.source == 'SELF':
+    if member.source == 'SELF':
         return dense.positions, dense.pin_weight
     from ..solver import skinning
 
-    weight = _interpolate(entry.pin_binding, dense.pin_weight)
+    weight = _interpolate(member.pin_binding, dense.pin_weight)
     if not np.any(weight > 0.0):
-        return entry.prev_targets, weight
-    return skinning.skin(entry.pin_binding, dense.positions), weight
+        return member.prev_targets, weight
+    return skinning.skin(member.pin_binding, dense.positions), weight
 
 
-def _build(obj, scene, depsgraph, uid):
-    """A fresh runtime for ``obj`` at the current frame (raises DrapeInputError)."""
-    problems = meshdata.check_cloth(obj, depsgraph)
-    if problems:
-        raise DrapeInputError("; ".join(problems))
+def _sample(obj, member, depsgraph):
+    dense = meshdata.sample(obj, depsgraph)
+    if dense.positions.shape[0] != member.dense_count:
+        raise DrapeInputError(f"'{obj.name}': its evaluated vertex count changed "
+                              f"({member.dense_count} -> {dense.positions.shape[0]}); go to the start frame")
+    return dense
+
+
+def _targets(sim, objs, samples):
+    if len(objs) == 1:
+        targets, weight = _member_frame(sim.members[0], samples[0])
+        sim.members[0].prev_targets = np.asarray(targets, np.float32)
+        return sim.members[0].prev_targets, weight
+    parts = [_member_frame(m, d) for m, d in zip(sim.members, samples)]
+    for m, (t, _) in zip(sim.members, parts):
+        m.prev_targets = np.asarray(t, np.float32)
+    return (np.concatenate([np.asarray(t, np.float32) for t, _ in parts]),
+            np.concatenate([w for _, w in parts]))
+
+
+def _build_member(obj, depsgraph):
+    """One object's simulated mesh: (member, rest, faces, sizes, mass, pin weight)."""
     solver = _solver()
     settings = obj.drape
     if writeback.needs_setup(obj):
         writeback.ensure_modifier(obj)
         depsgraph.update()  # the stored pin/mass attributes exist only after re-evaluation
-    entry = ClothRuntime(uid)
-    entry.source = settings.sim_source
+    member = Member(obj.drape.uid, obj.name, settings.sim_source)
     dense = meshdata.sample(obj, depsgraph)
     dense_topo = meshdata.Topology(obj.data)
-    entry.dense_count = dense.positions.shape[0]
-    entry.dense_rest = dense.positions.copy()
-    prm = params.cloth_params(settings, scene, solver)
-
-    if entry.source == 'SELF':
+    member.dense_count = dense.positions.shape[0]
+    if member.source == 'SELF':
         rest, faces, sizes = dense.positions, dense_topo.face_indices, dense_topo.face_sizes
         mass_w, pin_w = dense.mass_weight, dense.pin_weight
-    elif entry.source == 'PROXY':
-        # The proxy as modelled (its own modifiers are not used), placed by its
-        # object transform: it should overlap the cloth where the cache starts.
-        proxy = settings.proxy
-        proxy_topo = meshdata.Topology(proxy.data)
-        rest = meshdata.to_world(meshdata.local_positions(proxy.data), proxy.matrix_world)
-        faces, sizes = proxy_topo.face_indices, proxy_topo.face_sizes
     else:
-        try:
-            from .simmesh import simplify
-        except ImportError as exc:
-            raise DrapeInputError(f"'{obj.name}': automatic simplification is not available ({exc})") from exc
-        rest, faces, sizes, _weights = simplify(
-            dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
-            {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
-        rest = np.ascontiguousarray(rest, np.float32)
-        faces = np.ascontiguousarray(faces, np.int32)
-        sizes = np.ascontiguousarray(sizes, np.int32)
-    if entry.source != 'SELF':
+        if member.source == 'PROXY':
+            # The proxy as modelled (its own modifiers are not used), placed by its
+            # object transform: it should overlap the cloth where the cache starts.
+            proxy = settings.proxy
+            proxy_topo = meshdata.Topology(proxy.data)
+            rest = meshdata.to_world(meshdata.local_positions(proxy.data), proxy.matrix_world)
+            faces, sizes = proxy_topo.face_indices, proxy_topo.face_sizes
+        else:
+            try:
+                from .simmesh import simplify
+            except ImportError as exc:
+                raise DrapeInputError(f"'{obj.name}': automatic simplification is not available ({exc})") from exc
+            rest, faces, sizes, _weights = simplify(
+                dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
+                {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
+            rest = np.ascontiguousarray(rest, np.float32)
+            faces = np.ascontiguousarray(faces, np.int32)
+            sizes = np.ascontiguousarray(sizes, np.int32)
         from ..solver import skinning
 
-        entry.prev_targets = rest
-        entry.pin_binding = skinning.bind(dense.positions, dense_topo.triangles(), rest)
-        _, pin_w = _coarse_frame(entry, obj, depsgraph, dense)
-        mass_w = _interpolate(entry.pin_binding, dense.mass_weight)
-
+        member.prev_targets = rest
+        member.pin_binding = skinning.bind(dense.positions, dense_topo.triangles(), rest)
+        _, pin_w = _member_frame(member, dense)
+        mass_w = _interpolate(member.pin_binding, dense.mass_weight)
+        member.binding = skinning.bind(np.ascontiguousarray(rest, np.float32), skinning.triangulate(faces, sizes),
+                                       dense.positions, dense_pinned=dense.pin_weight >= 0.999)
     mass = solver.vertex_masses(rest, faces, sizes, settings.areal_density, weight=np.maximum(mass_w, 1e-2))
-    entry.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm)
-    if settings.self_collision:
+    member.prev_targets = np.asarray(rest, np.float32)
+    return member, np.asarray(rest, np.float32), faces, sizes, mass, pin_w
+
+
+def _build(objs, scene, depsgraph):
+    """A fresh simulation of ``objs`` at the current frame (raises DrapeInputError)."""
+    problems = []
+    for obj in objs:
+        problems += meshdata.check_cloth(obj, depsgraph)
+    if problems:
+        raise DrapeInputError("; ".join(problems))
+    solver = _solver()
+    lead = objs[0].drape
+    parts = [_build_member(obj, depsgraph) for obj in objs]
+    members = [p[0] for p in parts]
+    sim = ClothRuntime(members)
+    offset = 0
+    for m, (_, rest, *_rest) in zip(members, parts):
+        m.start, m.stop = offset, offset + rest.shape[0]
+        offset = m.stop
+    prm = params.cloth_params(lead, scene, solver)
+    if len(parts) == 1:
+        _, rest, faces, sizes, mass, pin_w = parts[0]
+        region = None
+    else:
+        rest = np.concatenate([p[1] for p in parts])
+        faces = np.concatenate([np.asarray(p[2], np.int64) + m.start for p, m in zip(parts, members)])
+        sizes = np.concatenate([np.asarray(p[3], np.int64) for p in parts])
+        mass = np.concatenate([p[4] for p in parts])
+        pin_w = np.concatenate([p[5] for p in parts])
+        region = np.concatenate([np.full(m.stop - m.start, i, np.int32) for i, m in enumerate(members)])
+    sim.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm, region=region)
+    if lead.self_collision or len(parts) > 1:
         from ..solver.selfcollision import SelfCollision
 
-        entry.model.self_collision = SelfCollision.from_model(entry.model, **_self_params(settings))
-    entry.state = entry.model.new_state()
-    entry.coarse_rest = np.ascontiguousarray(rest, np.float32)
-    if entry.source != 'SELF':
-        from ..solver import skinning
-
-        triangles = skinning.triangulate(faces, sizes)
-        entry.binding = skinning.bind(entry.coarse_rest, triangles, dense.positions,
-                                      dense_pinned=dense.pin_weight >= 0.999)
-    entry.key = _full_key(obj)
-    entry.builds = 1
-    entry.prev_targets = rest.astype(np.float32)
-    entry.prev_colliders = colliders_mod.read(scene, depsgraph)
-    return entry
+        sim.model.self_collision = SelfCollision.from_model(sim.model, **_self_params(lead))
+    sim.state = sim.model.new_state()
+    sim.key = _sim_key(objs)
+    sim.builds = 1
+    sim.prev_colliders = colliders_mod.read(scene, depsgraph)
+    return sim
 
 
 def _self_params(settings):
@@ -256,61 +327,62 @@ def _self_params(settings):
                 conservativeness=settings.self_conservativeness)
 
 
-def _reset(entry, obj, scene, depsgraph):
+def _reset(sim, objs, scene, depsgraph):
     """Back to the current pose with zero velocity, cache dropped; the model
     (rest lengths, colouring, tethers) is reused."""
-    dense = meshdata.sample(obj, depsgraph)
-    targets, _ = _coarse_frame(entry, obj, depsgraph, dense)
-    entry.state = entry.model.new_state(positions=targets)
-    entry.frames.clear()
-    entry.prev_targets = targets.astype(np.float32)
-    entry.prev_colliders = colliders_mod.read(scene, depsgraph)
-    entry.error = None
-    return entry
+    samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
+    targets, _ = _targets(sim, objs, samples)
+    sim.state = sim.model.new_state(positions=targets)
+    for m in sim.members:
+        m.frames.clear()
+    sim.prev_colliders = colliders_mod.read(scene, depsgraph)
+    sim.error = None
+    return samples
 
 
 # --------------------------------------------------------------------------- stepping
 
 
-def _dense_result(entry, coarse, dense_world_targets, out=None):
-    if entry.binding is None:
-        return coarse
-    from ..solver import skinning
+def _show_all(sim, objs, samples, frame):
+    """Skin (proxy/automatic), go to object space, cache and write every member."""
+    coarse = sim.state.positions_aos()
+    skin_ms = write_ms = 0.0
+    for obj, m, dense in zip(objs, sim.members, samples):
+        t = time.perf_counter()
+        part = coarse[m.start:m.stop]
+        if m.binding is not None:
+            from ..solver import skinning
 
-    return skinning.skin(entry.binding, coarse, out=out, pin_targets=dense_world_targets)
+            part = skinning.skin(m.binding, part, pin_targets=dense.positions)
+        t1 = time.perf_counter()
+        local = meshdata.to_local(part, dense.matrix)
+        m.frames[frame] = local
+        writeback.write_result(obj, local)
+        skin_ms += (t1 - t) * 1e3
+        write_ms += (time.perf_counter() - t1) * 1e3
+    sim.last_skin_ms, sim.last_write_ms = skin_ms, write_ms
 
 
-def _show(obj, entry, frame, dense_world, matrix):
-    t = time.perf_counter()
-    local = meshdata.to_local(dense_world, matrix)
-    entry.frames[frame] = local
-    writeback.write_result(obj, local)
-    return (time.perf_counter() - t) * 1e3
-
-
-def _advance(entry, obj, scene, depsgraph, frame):
+def _advance(sim, objs, scene, depsgraph, frame):
     solver = _solver()
-    settings = obj.drape
-    gap = frame - entry.last_frame
+    lead = objs[0].drape
+    gap = frame - sim.last_frame
     t0 = time.perf_counter()
-    dense = meshdata.sample(obj, depsgraph)
-    if dense.positions.shape[0] != entry.dense_count:
-        raise DrapeInputError(f"'{obj.name}': its evaluated vertex count changed "
-                              f"({entry.dense_count} -> {dense.positions.shape[0]}); go to the start frame")
-    targets, pin_w = _coarse_frame(entry, obj, depsgraph, dense)
+    prev_t = np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1 else sim.members[0].prev_targets
+    samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
+    targets, pin_w = _targets(sim, objs, samples)
     col_end = colliders_mod.read(scene, depsgraph)
     air = None
     if wind.wind_fields(scene):
-        air = wind.wind_velocity(scene, depsgraph, entry.state.positions.T, frame)
-    prm = params.cloth_params(settings, scene, solver)
-    if entry.model.self_collision is not None:  # thickness, friction... change without a rebuild
-        entry.model.self_collision.set_params(**_self_params(settings))
-    fps = scene.render.fps / scene.render.fps_base
-    dt = 1.0 / fps
+        air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame)
+    prm = params.cloth_params(lead, scene, solver)
+    if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
+        sim.model.self_collision.set_params(**_self_params(lead))
+    dt = scene.render.fps_base / scene.render.fps
     read_ms = (time.perf_counter() - t0) * 1e3
 
     step_ms = 0.0
-    prev_t, col_start = entry.prev_targets, entry.prev_colliders
+    col_start = sim.prev_colliders
     for k in range(1, gap + 1):
         if gap == 1:
             tgt, c0, c1 = targets, col_start, col_end
@@ -322,76 +394,95 @@ def _advance(entry, obj, scene, depsgraph, frame):
         inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
                                    wind_velocity=air)
         t = time.perf_counter()
-        solver.step(entry.model, entry.state, inputs, dt, prm)
+        solver.step(sim.model, sim.state, inputs, dt, prm)
         step_ms += (time.perf_counter() - t) * 1e3
-        entry.steps += 1
-    entry.prev_targets = np.asarray(targets, np.float32)
-    entry.prev_colliders = col_end
+        sim.steps += 1
+    sim.prev_colliders = col_end
+    _show_all(sim, objs, samples, frame)
+    sim.last_step_ms = step_ms / gap
+    sim.last_read_ms = read_ms
+    sim.last_frame = frame
 
-    t = time.perf_counter()
-    dense_world = _dense_result(entry, entry.state.positions_aos(), dense.positions)
-    entry.last_skin_ms = (time.perf_counter() - t) * 1e3
-    entry.last_write_ms = _show(obj, entry, frame, dense_world, dense.matrix)
-    entry.last_step_ms = step_ms / gap
-    entry.last_read_ms = read_ms
-    entry.last_frame = frame
+
+def update_sim(objs, scene, depsgraph, taken=None):
+    """Bring the preview of ``objs`` (one cloth, or one cloth-cloth group) to
+    ``scene.frame_current``. Raises on bad input."""
+    frame = scene.frame_current
+    for obj in objs:
+        ensure_uid(obj, taken)
+    lead = objs[0]
+    sim = _registry.get(lead.drape.uid)
+    start = scene.frame_start
+    if sim is not None and sim.key != _sim_key(objs):
+        sim = None  # topology, a rest-state setting or the group changed
+    if sim is not None and sim.error and frame == start:
+        sim = None  # a failed cloth retries from the start frame
+    if sim is not None and frame == start and (sim.last_frame != start or len(sim.frames) > 1):
+        samples = _reset(sim, objs, scene, depsgraph)
+        _show_all(sim, objs, samples, frame)
+        sim.first_frame = sim.last_frame = frame
+        return sim
+    if sim is None:
+        old = _registry.get(lead.drape.uid)
+        for obj in objs:
+            _registry.pop(obj.drape.uid, None)
+        try:
+            sim = _build(objs, scene, depsgraph)
+        except Exception:
+            for obj in objs:
+                writeback.clear_result(obj)
+            raise
+        if old is not None:
+            sim.builds = old.builds + 1
+        for obj in objs:
+            _registry[obj.drape.uid] = sim
+        samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
+        _show_all(sim, objs, samples, frame)
+        sim.first_frame = sim.last_frame = frame
+        return sim
+    if sim.error:
+        return sim
+    if frame in sim.frames:  # simulated before: scrubbing back shows it
+        for obj, m in zip(objs, sim.members):
+            writeback.write_result(obj, m.frames[frame])
+        return sim
+    gap = frame - sim.last_frame
+    if frame < sim.first_frame or gap < 0:
+        for obj in objs:
+            writeback.clear_result(obj)
+        return sim
+    if gap > MAX_CATCH_UP:
+        raise DrapeInputError(f"'{lead.name}': jumped {gap} frames past the last simulated frame "
+                              f"{sim.last_frame}; play from there or from the start frame")
+    try:
+        _advance(sim, objs, scene, depsgraph, frame)
+    except Exception as exc:
+        sim.error = str(exc) if lead.name in str(exc) else f"'{lead.name}': {exc}"
+        raise
+    return sim
 
 
 def update(obj, scene, depsgraph, taken=None):
-    """Bring ``obj``'s preview to ``scene.frame_current``. Raises on bad input."""
-    frame = scene.frame_current
-    uid = ensure_uid(obj, taken)
-    entry = _registry.get(uid)
-    start = scene.frame_start
-    if entry is not None and entry.key != _full_key(obj):
-        entry = None  # topology or a rest-state setting changed
-    if entry is not None and entry.error and frame == start:
-        entry = None  # a failed cloth retries from the start frame
-    if entry is not None and frame == start and (entry.last_frame != start or len(entry.frames) > 1):
-        _reset(entry, obj, scene, depsgraph)
-        dense = meshdata.sample(obj, depsgraph)
-        coarse = entry.state.positions_aos()
-        entry.last_write_ms = _show(obj, entry, frame, _dense_result(entry, coarse, dense.positions), dense.matrix)
-        entry.first_frame = entry.last_frame = frame
-        return entry
-    if entry is None:
-        old = _registry.pop(uid, None)
-        try:
-            entry = _build(obj, scene, depsgraph, uid)
-        except Exception:
-            writeback.clear_result(obj)
-            raise
-        if old is not None:
-            entry.builds = old.builds + 1
-        _registry[uid] = entry
-        dense = meshdata.sample(obj, depsgraph)
-        coarse = entry.state.positions_aos()
-        entry.last_write_ms = _show(obj, entry, frame, _dense_result(entry, coarse, dense.positions), dense.matrix)
-        entry.first_frame = entry.last_frame = frame
-        return entry
-    if entry.error:
-        return entry
-    cached = entry.frames.get(frame)
-    if cached is not None:  # simulated before: scrubbing back shows it
-        writeback.write_result(obj, cached)
-        return entry
-    if frame < entry.first_frame:
-        writeback.clear_result(obj)
-        return entry
-    gap = frame - entry.last_frame
-    if gap > MAX_CATCH_UP:
-        raise DrapeInputError(f"'{obj.name}': jumped {gap} frames past the last simulated frame "
-                              f"{entry.last_frame}; play from there or from the start frame")
-    if gap < 0:
-        # behind the live state but not cached (cache trimmed): restart from the start frame
-        writeback.clear_result(obj)
-        return entry
-    try:
-        _advance(entry, obj, scene, depsgraph, frame)
-    except Exception as exc:
-        entry.error = f"'{obj.name}': {exc}" if obj.name not in str(exc) else str(exc)
-        raise
-    return entry
+    """Bring one cloth's preview to the current frame (see update_sim)."""
+    return update_sim([obj], scene, depsgraph, taken)
+
+
+def _units(scene):
+    """The simulations to run: every cloth with "Collide with other cloths"
+    on forms one group (sorted by name), every other cloth runs alone."""
+    group, singles, idle = [], [], []
+    for obj in scene.objects:
+        if obj.type != 'MESH' or not obj.drape.enabled:
+            continue
+        if obj.mode == 'EDIT' or is_baked(obj):
+            idle.append(obj)
+        elif obj.drape.cloth_collision:
+            group.append(obj)
+        else:
+            singles.append([obj])
+    group.sort(key=lambda o: o.name)
+    units = singles + ([group] if len(group) > 1 else [[o] for o in group])
+    return units, idle
 
 
 def update_scene(scene, depsgraph):
@@ -399,30 +490,26 @@ def update_scene(scene, depsgraph):
     on the runtime and printed once)."""
     taken = {}
     alive = set()
-    for obj in scene.objects:
-        if obj.type != 'MESH' or not obj.drape.enabled:
-            continue
-        if obj.mode == 'EDIT':  # its mesh data is being edited: leave it alone
-            alive.add(obj.drape.uid)
-            continue
-        if is_baked(obj):
+    units, idle = _units(scene)
+    for obj in idle:
+        if is_baked(obj):  # its bake plays back through the stack, not the live result
             writeback.clear_result(obj)
-            alive.add(obj.drape.uid)
-            continue
-        try:
-            update(obj, scene, depsgraph, taken)
-        except Exception as exc:  # noqa: BLE001 - a handler must never raise
-            uid = obj.drape.uid
-            entry = _registry.get(uid)
-            message = str(exc)
-            if entry is None:
-                entry = ClothRuntime(uid)
-                entry.key = _full_key(obj)
-                _registry[uid] = entry
-            if entry.error != message:
-                print(f"Drape: {message}")
-            entry.error = message
         alive.add(obj.drape.uid)
+    for objs in units:
+        try:
+            update_sim(objs, scene, depsgraph, taken)
+        except Exception as exc:  # noqa: BLE001 - a handler must never raise
+            sim = _registry.get(objs[0].drape.uid)
+            message = str(exc)
+            if sim is None:
+                sim = ClothRuntime([Member(o.drape.uid, o.name, o.drape.sim_source) for o in objs])
+                sim.key = _sim_key(objs)
+                for o in objs:
+                    _registry[o.drape.uid] = sim
+            if sim.error != message:
+                print(f"Drape: {message}")
+            sim.error = message
+        alive.update(o.drape.uid for o in objs)
     _prune(alive)
 
 

@@ -691,3 +691,52 @@ def test_capsule_outline_lies_on_the_capsule():
     # skin (lines at the equator rings and along the sides lie on it exactly).
     d = round_cone_sdf(lines.astype(np.float64), a, b, ra, rb)
     assert np.abs(d).max() < 0.02 * ra
+
+
+def _two_sheets(collide):
+    """A hammock (pinned along two opposite edges) and a smaller free sheet
+    dropped onto it from 0.12 m above."""
+    hammock, _ = hanging_sheet("Hammock", n=16, size=1.0, z=1.0)
+    co = mesh_co(hammock)
+    sides = np.where(np.abs(co[:, 0]) > 0.5 - 1e-5)[0]
+    hammock.vertex_groups["pin"].add([int(i) for i in sides], 1.0, 'REPLACE')
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=10, y_subdivisions=10, size=0.6, location=(0.03, 0.02, 1.12))
+    top = bpy.context.active_object
+    top.name = "Blanket"
+    for obj in (hammock, top):
+        select_only(obj)
+        bpy.ops.drape.cloth_add(pin_group="pin" if obj is hammock else "")
+        obj.drape.cloth_collision = collide
+        obj.drape.self_thickness = 0.01
+        obj.drape.substeps = 10  # at 4 the solver's contacts still let the blanket through (reported)
+    return hammock, top
+
+
+@pytest.mark.slow
+def test_cloth_cloth_collision_between_objects(empty_scene):
+    import oracles
+
+    scene = empty_scene
+    results = {}
+    for collide in (False, True):
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        scene = bpy.context.scene
+        hammock, top = _two_sheets(collide)
+        play(scene, range(1, 31))
+        sim = runtime.get(top)
+        assert sim.error is None, sim.error
+        assert (sim is runtime.get(hammock)) == collide  # one model for the group
+        low = world(hammock, runtime.dense_positions_local(hammock).astype(np.float64))
+        high = world(top, runtime.dense_positions_local(top).astype(np.float64))
+        # Height of the blanket above the hammock where the hammock's nearest vertex is.
+        nearest = np.argmin(np.linalg.norm(high[:, None, :2] - low[None, :, :2], axis=2), axis=1)
+        results[collide] = (high[:, 2] - low[nearest, 2]).min()
+        if collide:
+            tris = [meshdata.Topology(o.data).triangles() for o in (hammock, top)]
+            both = np.concatenate([low, high])
+            faces = np.concatenate([tris[0], tris[1] + len(low)])
+            assert len(oracles.intersecting_triangle_pairs(both, faces)) == 0
+            assert sim.model.self_collision.n_regions == 2
+            assert [m.name for m in sim.members] == ["Blanket", "Hammock"]
+    assert results[False] < -0.05, "without cloth-cloth contacts the blanket should fall through"
+    assert results[True] > -0.005, results
