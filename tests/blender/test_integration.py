@@ -740,3 +740,22 @@ def test_cloth_cloth_collision_between_objects(empty_scene):
             assert [m.name for m in sim.members] == ["Blanket", "Hammock"]
     assert results[False] < -0.05, "without cloth-cloth contacts the blanket should fall through"
     assert results[True] > -0.005, results
+
+
+def test_pins_follow_a_hook(empty_scene):
+    scene = empty_scene
+    sheet, top = hanging_sheet(n=8)
+    bpy.ops.object.empty_add(location=(0, 0, 0))
+    handle = bpy.context.active_object
+    handle.keyframe_insert("location", frame=1)
+    handle.location = (0.2, 0.0, 0.4)
+    handle.keyframe_insert("location", frame=12)
+    hook = sheet.modifiers.new("Hook", 'HOOK')
+    hook.object = handle
+    hook.vertex_indices_set([int(i) for i in top])
+    select_only(sheet)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    rest = world(sheet, mesh_co(sheet))
+    play(scene, range(1, 13))
+    got = world(sheet, runtime.dense_positions_local(sheet).astype(np.float64))
+    np.testing.assert_allclose(got[top], rest[top] + (0.2, 0.0, 0.4), atol=1e-4)
