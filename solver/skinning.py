@@ -596,7 +596,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
                  cell_start, cell_items, _REFINE_ITERATIONS, out_tri, out_bary, out_offset)
     # Offsets below float32 resolution of the scene are rounding noise; zero
     # them so those vertices take skin's cheaper passes.
-    size = max(float(np.ptp(dense, axis=0).max()), span, 1e-12)
+    size = max(float(np.ptp(dense, axis=0).max()) if len(dense) else 0.0, span, 1e-12)
     out_offset[np.abs(out_offset) < 1e-6 * size] = 0.0
     return Binding(
         coarse_triangles=tris,

@@ -231,6 +231,8 @@ def test_bad_inputs_get_clear_errors():
         skinning.bind(coarse, tris + 100, coarse)
     with pytest.raises(ValueError, match="NaN"):
         skinning.bind(coarse, tris, np.full((3, 3), np.nan))
+    empty = skinning.bind(coarse, tris, np.zeros((0, 3)))
+    assert skinning.skin(empty, coarse).shape == (0, 3)
 
 
 def test_vertex_normals_of_a_cylinder_point_away_from_the_axis():
