@@ -740,7 +740,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
 # ---------------------------------------------------------------- velocities
 
 @njit(**JIT)
-def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, has_contacts):
+def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, has_contacts, creep):
     """v = (x - x_prev)/h; in contact: normal velocity relative to the
     collider removed (zero restitution), Coulomb friction from the push-out
     depth (static below mu_s, kinetic above); speed clamp. Returns the number
@@ -765,11 +765,16 @@ def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, h
                 tl = np.sqrt(tx * tx + ty * ty + tz * tz)
                 dvn = depth * inv_h
                 if tl <= mu_s * dvn:
-                    # Static: undo this substep's slip too, else a vertex
-                    # creeps h^2 g sin(theta) per substep down a slope.
-                    pos[0, i] -= tx * h
-                    pos[1, i] -= ty * h
-                    pos[2, i] -= tz * h
+                    # Static. A resting vertex (slip no faster than gravity
+                    # adds in a substep) also has this substep's slip undone,
+                    # else it creeps h^2 g sin(theta) per substep down a
+                    # slope. Faster slips (cloth shoved by a fast collider)
+                    # stay velocity-only: moving those positions after the
+                    # constraints tears the cloth around the collider.
+                    if tl <= creep:
+                        pos[0, i] -= tx * h
+                        pos[1, i] -= ty * h
+                        pos[2, i] -= tz * h
                     tx, ty, tz = F0, F0, F0
                 else:
                     f = F1 - mu_k * dvn / tl
@@ -850,8 +855,11 @@ def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins
 
 @njit(**JIT)
 def finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts):
-    return update_velocities(pos, prev, vel, inv_mass, contact, cfg[C_H], cfg[C_MU_S], cfg[C_MU_K],
-                             cfg[C_MAXV], has_contacts)
+    h = cfg[C_H]
+    g = np.sqrt(cfg[C_GX] * cfg[C_GX] + cfg[C_GY] * cfg[C_GY] + cfg[C_GZ] * cfg[C_GZ])
+    creep = np.float32(2.0) * g * h
+    return update_velocities(pos, prev, vel, inv_mass, contact, h, cfg[C_MU_S], cfg[C_MU_K],
+                             cfg[C_MAXV], has_contacts, creep)
 
 
 @njit(**JIT)
