@@ -184,7 +184,9 @@ def _full_key(obj):
     proxy_key = ()
     if s.sim_source == 'PROXY' and s.proxy is not None and s.proxy.type == 'MESH':
         proxy_key = _topology_key(s.proxy)
-    return (obj.drape.uid, params.rebuild_key(obj), _topology_key(obj), proxy_key)
+    # A Drape modifier removed by hand is put back by a rebuild (pins are read through it).
+    has_modifier = writeback.find_modifier(obj) is not None
+    return (obj.drape.uid, params.rebuild_key(obj), _topology_key(obj), proxy_key, has_modifier)
 
 
 def _sim_key(objs):

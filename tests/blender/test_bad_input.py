@@ -206,3 +206,23 @@ def test_topology_edit_mid_play_rebuilds(empty_scene):
     entry = runtime.get(obj)
     assert entry.error is None and entry.model.n == len(obj.data.vertices)
     assert entry.cache_range == (4, 4)  # restarted at the current frame with the new topology
+
+
+def test_drape_modifier_deleted_by_hand_comes_back(empty_scene):
+    obj = grid_object("Sheet", n=6)
+    co = np.empty(len(obj.data.vertices) * 3, np.float32)
+    obj.data.vertices.foreach_get("co", co)
+    top = np.where(co.reshape(-1, 3)[:, 1] > 0.49)[0]
+    obj.vertex_groups.new(name="pin").add([int(i) for i in top], 1.0, 'REPLACE')
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    scene = bpy.context.scene
+    for f in range(1, 4):
+        scene.frame_set(f)
+    obj.modifiers.remove(writeback.find_modifier(obj))
+    for f in range(4, 8):
+        scene.frame_set(f)
+    assert writeback.find_modifier(obj) is not None
+    entry = runtime.get(obj)
+    assert entry.error is None and entry.builds == 2
+    x = runtime.dense_positions_local(obj)
+    np.testing.assert_allclose(x[top], co.reshape(-1, 3)[top], atol=1e-5)  # pins still hold
