@@ -759,3 +759,23 @@ def test_pins_follow_a_hook(empty_scene):
     play(scene, range(1, 13))
     got = world(sheet, runtime.dense_positions_local(sheet).astype(np.float64))
     np.testing.assert_allclose(got[top], rest[top] + (0.2, 0.0, 0.4), atol=1e-4)
+
+
+def test_mass_group_and_density_set_vertex_masses(empty_scene):
+    # A 4 x 4 quad grid of 1 m: every quad is 1/16 m^2, an interior vertex
+    # touches four quads and gets a quarter of each: density / 16.
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=4, y_subdivisions=4, size=1.0)
+    sheet = bpy.context.active_object
+    co = mesh_co(sheet)
+    heavy = np.where(co[:, 0] > 0.1)[0]
+    group = sheet.vertex_groups.new(name="heavy")
+    group.add(list(range(len(co))), 0.5, 'REPLACE')
+    group.add([int(i) for i in heavy], 1.0, 'REPLACE')
+    bpy.ops.drape.cloth_add()
+    sheet.drape.areal_density = 0.32
+    sheet.drape.mass_group = "heavy"
+    empty_scene.frame_set(1)
+    mass = runtime.get(sheet).model.mass
+    interior = np.where((np.abs(co[:, 0]) < 0.49) & (np.abs(co[:, 1]) < 0.49))[0]
+    weight = np.where(np.isin(interior, heavy), 1.0, 0.5)
+    np.testing.assert_allclose(mass[interior], 0.32 / 16 * weight, rtol=1e-5)
