@@ -163,7 +163,11 @@ class Model:
         tri_edges = topology.unique_pairs(np.concatenate([t[:, 0], t[:, 1], t[:, 2]]),
                                           np.concatenate([t[:, 1], t[:, 2], t[:, 0]]))
         parts = [p for p in (struct, diag, tri_edges) if len(p)]
-        self.graph_edges = np.unique(np.concatenate(parts), axis=0) if parts else np.zeros((0, 2), np.int64)
+        if parts:
+            allp = np.concatenate(parts)
+            self.graph_edges = topology.unique_pairs(allp[:, 0], allp[:, 1])
+        else:
+            self.graph_edges = np.zeros((0, 2), np.int64)
         self.tris_soa = _u32(self.triangles.T) if len(self.triangles) else np.zeros((3, 0), np.uint32)
 
         # Solver scratch (one step at a time per model).
