@@ -2,6 +2,7 @@
 be simulated. Every problem an artist can cause becomes a
 :class:`DrapeInputError` whose text names the object and the problem."""
 
+import bpy
 import numpy as np
 
 from . import writeback
@@ -184,6 +185,12 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
 
     groups = obj.vertex_groups
     if role == "cloth":
+        sharing = [o.name for o in bpy.data.objects if o.data is mesh and o is not obj]
+        if sharing:
+            problems.append(f"'{obj.name}' shares its mesh '{mesh.name}' with "
+                            + ", ".join(f"'{n}'" for n in sharing)
+                            + ": Drape writes its result into the mesh; make it single-user "
+                              "(Object > Relations > Make Single User)")
         for label, name in (("pin group", settings.pin_group), ("mass group", settings.mass_group)):
             if name and groups.get(name) is None:
                 problems.append(f"'{obj.name}' has no vertex group '{name}' (its {label}): "

@@ -226,3 +226,10 @@ def test_drape_modifier_deleted_by_hand_comes_back(empty_scene):
     assert entry.error is None and entry.builds == 2
     x = runtime.dense_positions_local(obj)
     np.testing.assert_allclose(x[top], co.reshape(-1, 3)[top], atol=1e-5)  # pins still hold
+
+
+def test_mesh_shared_with_another_object(empty_scene):
+    obj = grid_object("Original")
+    twin = bpy.data.objects.new("Twin", obj.data)
+    bpy.context.scene.collection.objects.link(twin)
+    expect_refusal(obj, "shares its mesh", "'Twin'", "single-user")
