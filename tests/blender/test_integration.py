@@ -779,3 +779,21 @@ def test_mass_group_and_density_set_vertex_masses(empty_scene):
     interior = np.where((np.abs(co[:, 0]) < 0.49) & (np.abs(co[:, 1]) < 0.49))[0]
     weight = np.where(np.isin(interior, heavy), 1.0, 0.5)
     np.testing.assert_allclose(mass[interior], 0.32 / 16 * weight, rtol=1e-5)
+
+
+def test_sheet_lands_on_a_tilted_plane_collider(empty_scene):
+    scene = empty_scene
+    bpy.ops.mesh.primitive_plane_add(size=4.0, location=(0, 0, 0.2), rotation=(0.3, 0, 0))
+    ground = bpy.context.active_object
+    bpy.ops.drape.collider_add(type='PLANE')  # on the selected object
+    assert ground.drape_collider.kind == 'PLANE'
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=10, y_subdivisions=10, size=1.0, location=(0, 0, 0.8))
+    sheet = bpy.context.active_object
+    bpy.ops.drape.cloth_add()
+    play(scene, range(1, 41))
+    x = world(sheet, runtime.dense_positions_local(sheet).astype(np.float64))
+    m = np.array(ground.matrix_world)
+    normal = m[:3, 2] / np.linalg.norm(m[:3, 2])
+    height = (x - m[:3, 3]) @ normal
+    assert height.min() > -1e-4, "a vertex went through the plane"
+    assert height.max() < 0.05, "the sheet should lie on the plane after 40 frames"
