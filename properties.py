@@ -118,6 +118,8 @@ class DrapeClothSettings(PropertyGroup):
                                  default=0.0, min=0.0, soft_max=1.0)
     bend_damping: FloatProperty(name="Bend", description="Rayleigh damping of bending",
                                 default=0.0, min=0.0, soft_max=1.0)
+    tether_damping: FloatProperty(name="Tether", description="Rayleigh damping of tethers",
+                                  default=0.0, min=0.0, soft_max=1.0)
     air_drag: FloatProperty(name="Air drag", description="Velocity damping by still air (1/s)",
                             default=0.1, min=0.0, soft_max=10.0)
     gravity_scale: FloatProperty(name="Gravity scale", description="Multiplies the scene's gravity",

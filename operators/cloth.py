@@ -118,7 +118,7 @@ class DRAPE_OT_reset(bpy.types.Operator):
 # Settings a preset stores: the physical ones, not the mesh or group choices.
 PRESET_SETTINGS = (
     "areal_density", "stretch_compliance", "shear_compliance", "bend_compliance", "tether_compliance",
-    "stretch_damping", "shear_damping", "bend_damping", "air_drag", "friction", "static_friction",
+    "stretch_damping", "shear_damping", "bend_damping", "tether_damping", "air_drag", "friction", "static_friction",
     "tethers", "tether_scale", "wind_drag", "wind_lift", "thickness", "self_thickness", "self_friction",
 )
 

@@ -102,6 +102,7 @@ def _draw_damping(self, context):
     col.prop(s, "stretch_damping")
     col.prop(s, "shear_damping")
     col.prop(s, "bend_damping")
+    col.prop(s, "tether_damping")
     col.prop(s, "air_drag")
 
 

@@ -36,6 +36,7 @@ def cloth_params(settings, scene, solver):
         stretch_damping=settings.stretch_damping,
         shear_damping=settings.shear_damping,
         bend_damping=settings.bend_damping,
+        tether_damping=settings.tether_damping,
         tethers=settings.tethers,
         tether_scale=settings.tether_scale,
         pin_compliance=settings.pin_compliance,

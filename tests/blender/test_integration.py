@@ -797,3 +797,33 @@ def test_sheet_lands_on_a_tilted_plane_collider(empty_scene):
     height = (x - m[:3, 3]) @ normal
     assert height.min() > -1e-4, "a vertex went through the plane"
     assert height.max() < 0.05, "the sheet should lie on the plane after 40 frames"
+
+
+def test_settings_reach_the_solver_parameters(empty_scene):
+    from drape import solver
+    from drape.scene import params
+
+    sheet, _ = hanging_sheet()
+    select_only(sheet)
+    bpy.ops.drape.cloth_add()
+    s = sheet.drape
+    values = dict(substeps=9, iterations=3, stretch_damping=0.11, shear_damping=0.12, bend_damping=0.13,
+                  tether_damping=0.14, air_drag=0.15, tethers=False, tether_scale=1.2, wind_drag=0.8,
+                  wind_lift=0.7, thickness=0.009, friction=0.25, static_friction=0.45)
+    for k, v in values.items():
+        setattr(s, k, v)
+    s.stretch_stiffness, s.shear_stiffness, s.bend_stiffness = 2e6, 3e4, 4e-4
+    s.tether_stiffness, s.pin_stiffness, s.gravity_scale = 5e8, 6e3, 0.5
+    empty_scene.gravity = (0.0, 0.0, -10.0)
+    p = params.cloth_params(s, empty_scene, solver)
+    assert (p.substeps, p.iterations, p.tethers) == (9, 3, False)
+    expected = dict(stretch_compliance=1 / 2e6, shear_compliance=1 / 3e4, bend_compliance=1 / 4e-4,
+                    tether_compliance=1 / 5e8, pin_compliance=1 / 6e3, stretch_damping=0.11,
+                    shear_damping=0.12, bend_damping=0.13, tether_damping=0.14, air_drag=0.15,
+                    tether_scale=1.2, drag_coefficient=0.8, lift_coefficient=0.7, collision_margin=0.009,
+                    friction_kinetic=0.25, friction_static=0.45)
+    for k, v in expected.items():
+        assert getattr(p, k) == pytest.approx(v, rel=1e-5), k
+    assert tuple(p.gravity) == pytest.approx((0.0, 0.0, -5.0))
+    empty_scene.use_gravity = False
+    assert tuple(params.cloth_params(s, empty_scene, solver).gravity) == (0.0, 0.0, 0.0)
