@@ -85,7 +85,10 @@ class Member:
         self.key = None
         self.dense_count = 0
         self.binding = None        # PROXY/AUTO: dense vertices bound to the coarse surface
-        self.pin_binding = None    # PROXY/AUTO: coarse vertices bound to the dense surface
+        # PROXY/AUTO: coarse vertices bound to the dense surface (pins come from the dense mesh)
+        self.pin_triangle = self.pin_corners = self.pin_bary = None
+        self.pin_skin = None       # (weighted coarse indices, dense sub-vertices, their binding)
+        self.coarse_rest = self.dense_rest = self.dense_tris = None
         self.start = 0             # its simulated vertices: model rows start:stop
         self.stop = 0
         self.frames = {}           # frame -> (m, 3) float32, object local space
@@ -193,30 +196,51 @@ def _sim_key(objs):
     return tuple(_full_key(o) for o in objs)
 
 
-def _interpolate(binding, dense_values):
-    """Per-vertex values of the dense mesh at the bound points (barycentric)."""
-    corners = binding.coarse_triangles[binding.triangle]          # (c, 3)
-    bary = binding.bary if binding.bary.shape == corners.shape else binding.bary.T
-    return (dense_values[corners] * bary).sum(axis=1).astype(np.float32)
+def _interpolate(member, dense_values):
+    """Per-vertex values of the dense mesh at the coarse vertices' bound points."""
+    return (dense_values[member.pin_corners] * member.pin_bary).sum(axis=1).astype(np.float32)
+
+
+def _pin_skin(member, weighted):
+    """A binding of only the weighted coarse vertices to the part of the dense
+    mesh under them (their triangles and every triangle touching those
+    triangles' corners, so the smooth normals there are exact): per frame it
+    costs what the collar costs, not what the whole dense mesh costs."""
+    from ..solver import skinning
+
+    tris = member.dense_tris
+    used = tris[member.pin_triangle[weighted]]
+    touching = np.isin(tris, np.unique(used)).any(axis=1)
+    sub_tris = tris[touching]
+    verts, remapped = np.unique(sub_tris, return_inverse=True)
+    binding = skinning.bind(member.dense_rest[verts], remapped.reshape(-1, 3).astype(np.int32),
+                            member.coarse_rest[weighted])
+    return weighted, verts, binding
 
 
 def _member_frame(member, dense):
     """Pin targets (world) and pin weights for a member's simulated vertices.
 
     A proxy or simplified mesh gets both from the dense mesh: each coarse
-    vertex is bound (once, ``pin_binding``) to the dense surface like a dense
-    vertex is to the coarse one, and rides on it with the same Phong
+    vertex is bound (once) to the dense surface like a dense vertex is to the
+    coarse one, and the weighted ones ride on it with the same Phong
     reconstruction, so the collar of a coarse cape turns with the chest;
-    weights are the dense weights interpolated with that binding's
-    barycentrics. The artist pins once, on the render mesh."""
+    weights are the dense weights interpolated at the bound points. The
+    artist pins once, on the render mesh."""
     if member.source == 'SELF':
         return dense.positions, dense.pin_weight
     from ..solver import skinning
 
-    weight = _interpolate(member.pin_binding, dense.pin_weight)
-    if not np.any(weight > 0.0):
+    weight = _interpolate(member, dense.pin_weight)
+    weighted = np.flatnonzero(weight > 0.0)
+    if weighted.size == 0:
         return member.prev_targets, weight
-    return skinning.skin(member.pin_binding, dense.positions), weight
+    if member.pin_skin is None or not np.array_equal(member.pin_skin[0], weighted):
+        member.pin_skin = _pin_skin(member, weighted)  # pins grabbed or released: rebind (small)
+    _, verts, binding = member.pin_skin
+    targets = np.array(member.prev_targets, np.float32, copy=True)
+    targets[weighted] = skinning.skin(binding, dense.positions[verts])
+    return targets, weight
 
 
 def _sample(obj, member, depsgraph):
@@ -274,10 +298,17 @@ def _build_member(obj, depsgraph):
             sizes = np.ascontiguousarray(sizes, np.int32)
         from ..solver import skinning
 
-        member.prev_targets = rest
-        member.pin_binding = skinning.bind(dense.positions, dense_topo.triangles(), rest)
+        member.prev_targets = rest = np.ascontiguousarray(rest, np.float32)
+        member.coarse_rest = rest
+        member.dense_rest = dense.positions.copy()
+        member.dense_tris = dense_topo.triangles()
+        full = skinning.bind(dense.positions, member.dense_tris, rest)
+        member.pin_triangle = full.triangle
+        member.pin_corners = full.coarse_triangles[full.triangle]
+        bary = np.asarray(full.bary)  # (3, c) in the solver's layout; (c, 3) accepted too
+        member.pin_bary = bary if bary.shape == member.pin_corners.shape else np.ascontiguousarray(bary.T)
         _, pin_w = _member_frame(member, dense)
-        mass_w = _interpolate(member.pin_binding, dense.mass_weight)
+        mass_w = _interpolate(member, dense.mass_weight)
         member.binding = skinning.bind(np.ascontiguousarray(rest, np.float32), skinning.triangulate(faces, sizes),
                                        dense.positions, dense_pinned=dense.pin_weight >= 0.999)
     mass = solver.vertex_masses(rest, faces, sizes, settings.areal_density, weight=np.maximum(mass_w, 1e-2))

@@ -827,3 +827,31 @@ def test_settings_reach_the_solver_parameters(empty_scene):
     assert tuple(p.gravity) == pytest.approx((0.0, 0.0, -5.0))
     empty_scene.use_gravity = False
     assert tuple(params.cloth_params(s, empty_scene, solver).gravity) == (0.0, 0.0, 0.0)
+
+
+def test_proxy_pins_grab_and_release_with_animated_weights(empty_scene):
+    scene = empty_scene
+    dense, top = hanging_sheet("Dense", n=24)
+    proxy, proxy_top = hanging_sheet("Proxy", n=6)
+    # Frames 1-9: nothing pinned; 10-19: the top edge grabbed; 20+: released.
+    vw = dense.modifiers.new("Pins", 'VERTEX_WEIGHT_EDIT')
+    vw.vertex_group = "pin"
+    vw.use_remove = True
+    for frame, threshold in ((9, 1.01), (10, 0.0), (19, 0.0), (20, 1.01)):
+        vw.remove_threshold = threshold
+        vw.keyframe_insert("remove_threshold", frame=frame)
+    select_only(dense)
+    bpy.ops.drape.cloth_add(pin_group="pin")
+    dense.drape.sim_source = 'PROXY'
+    dense.drape.proxy = proxy
+    play(scene, range(1, 10))
+    sim = runtime.get(dense)
+    z9 = sim.state.positions_aos()[proxy_top, 2].copy()
+    assert z9.max() < 2.0 - 0.1, "unpinned: the proxy falls"
+    play(scene, range(10, 20))
+    z19 = sim.state.positions_aos()[proxy_top, 2]
+    # Grabbed: back on their targets (the animated dense mesh, here at rest) and held.
+    np.testing.assert_allclose(z19, world(proxy, mesh_co(proxy))[proxy_top, 2], atol=1e-4)
+    play(scene, range(20, 36))
+    assert (z19 - sim.state.positions_aos()[proxy_top, 2]).min() > 0.3  # released: falling again
+    assert sim.error is None and sim.builds == 1
