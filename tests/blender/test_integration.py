@@ -855,3 +855,31 @@ def test_proxy_pins_grab_and_release_with_animated_weights(empty_scene):
     play(scene, range(20, 36))
     assert (z19 - sim.state.positions_aos()[proxy_top, 2]).min() > 0.3  # released: falling again
     assert sim.error is None and sim.builds == 1
+
+
+def test_wind_shapes_falloffs_and_sides(empty_scene):
+    scene = empty_scene
+    bpy.ops.object.effector_add(type='WIND', location=(0, 0, 0))  # blows along +Z
+    field = bpy.context.active_object.field
+    field.strength = 2.0
+    pts = np.array([[0, 0, 1.0], [3, 4, 0.5], [0, 0, -2.0], [0, 0, 5.0]], np.float32)
+
+    def speed():
+        return wind.wind_velocity(scene, bpy.context.evaluated_depsgraph_get(), pts, 1)[:, 2]
+
+    field.shape, field.falloff_power = 'POINT', 2.0
+    d = np.linalg.norm(pts, axis=1)
+    np.testing.assert_allclose(speed(), 2.0 * (1.0 + d) ** -2.0, rtol=1e-5)
+    field.use_max_distance, field.distance_max = True, 4.0
+    t = d / 4.0
+    np.testing.assert_allclose(speed(), np.where(d > 4.0, 0.0, 2.0 * (1 - t ** 2)), rtol=1e-5, atol=1e-6)
+    field.use_max_distance = False
+    field.shape, field.falloff_power, field.z_direction = 'PLANE', 0.0, 'POSITIVE'
+    np.testing.assert_allclose(speed(), [2.0, 2.0, 0.0, 2.0], atol=1e-6)
+    field.z_direction, field.falloff_type = 'BOTH', 'TUBE'
+    field.radial_falloff, field.use_radial_max, field.radial_max = 1.0, True, 2.0
+    radial = np.linalg.norm(pts[:, :2], axis=1)
+    np.testing.assert_allclose(speed(), np.where(radial > 2.0, 0.0, 2.0 * (1 - radial / 2.0)), atol=1e-6)
+    field.falloff_type, field.noise = 'SPHERE', 0.5
+    noisy = speed()
+    assert np.all(np.abs(noisy - 2.0) <= 1.0 + 1e-5) and np.ptp(noisy) > 1e-3  # strength x (1 +- noise)
