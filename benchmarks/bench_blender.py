@@ -531,8 +531,8 @@ def drape_has_self_collision():
 
 
 DRAPE_STEPS_PER_FRAME = 1      # as the add-on's timeline/bake: one solver step per frame, N substeps
-SELF_COLLISION_FRAMES = 7      # Blender self collision costs 2-8 s per frame here: 6 simulated frames
-BIG_FRAMES = 9                 # 40k vertices (~2 s per frame in Blender): 8 simulated frames
+SELF_COLLISION_FRAMES = 5      # Blender self collision costs 2-12 s per frame here: 4 simulated frames
+BIG_FRAMES = 7                 # 40k vertices (2-5 s per frame in Blender): 6 simulated frames
 
 if __name__ == "__main__":
     sys.exit(main())
