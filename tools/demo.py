@@ -7,14 +7,17 @@ Builds a scene from real parts with bpy, the way an artist's script would:
 - capsule colliders made from its bones by ``drape.capsules_from_armature``;
 - a cape pinned at the collar, following the chest through an Armature
   modifier, simulated on a coarse proxy and skinned onto the dense render mesh;
-- a skirt with self collision;
+- a skirt and a shorter overskirt over it, each with self collision, colliding
+  with each other as one cloth-cloth group (Drape has no layer order setting yet);
 - a flag on a pole in a Wind force field;
 - a tablecloth dropped onto a table (a row of capsules under a box) and the
   ground (a plane collider);
 
-then bakes every cloth with ``drape.bake``, saves ``out/demo.blend``, renders a
-short frame sequence with Workbench to ``out/frames/`` and a contact sheet of
-it to ``out/demo.png``, and prints a table of what was simulated and what it cost.
+then bakes every cloth with ``drape.bake`` (shape keys, PC2 and Alembic, one
+target per object), saves ``out/demo.blend``, renders a short frame sequence
+with Workbench to ``out/frames/`` and a contact sheet to ``out/demo.png`` (two
+rows of the wide shot, one row of close-ups from a camera riding with the
+character), and prints a table of what was simulated and what it cost.
 
     .venv/bin/python tools/demo.py [--frames 72] [--out out] [--no-render]
 """
@@ -412,13 +415,32 @@ def setup_render(scene, res=(480, 300)):
     return cam
 
 
-def render_frames(scene, frames, folder):
+def add_follow_camera(rig):
+    """A camera riding with the character (parented to the rig), behind and to its
+    side, so the close-ups show the cape and the skirts through the walk and turn."""
+    from mathutils import Vector
+    cam_data = bpy_data().cameras.new("FollowCamera")
+    cam_data.lens = 35.0
+    cam = new_object("FollowCamera", cam_data)
+    cam.parent = rig
+    cam.location = (2.2, 2.4, 1.7)   # rig space: the character faces -Y
+    d = Vector((0.0, 0.0, 1.05)) - Vector(cam.location)
+    cam.rotation_euler = d.to_track_quat("-Z", "Y").to_euler()
+    return cam
+
+
+def bpy_data():
+    import bpy
+    return bpy.data
+
+
+def render_frames(scene, frames, folder, prefix="frame"):
     import bpy
     os.makedirs(folder, exist_ok=True)
     paths = []
     for f in frames:
         scene.frame_set(f)
-        path = os.path.join(folder, f"frame_{f:04d}.png")
+        path = os.path.join(folder, f"{prefix}_{f:04d}.png")
         scene.render.filepath = path
         bpy.ops.render.render(write_still=True)
         paths.append(path)
@@ -594,6 +616,7 @@ def main(argv=None):
         obj.drape_bake.target = targets[obj.name]
 
     setup_render(scene)
+    follow = add_follow_camera(rig)
     rig.hide_render = True
     blend = os.path.join(out, "demo.blend")
     # PC2/Alembic caches go next to the .blend ('//drape_cache/'): save first.
@@ -618,9 +641,14 @@ def main(argv=None):
         frames = list(range(scene.frame_start, scene.frame_end + 1, 4))
         paths = render_frames(scene, frames, os.path.join(out, "frames"))
         pick = np.linspace(0, len(paths) - 1, 8).round().astype(int)
-        sheet = contact_sheet([paths[i] for i in pick], os.path.join(out, "demo.png"), columns=4)
+        wide_cam = scene.camera
+        scene.camera = follow
+        close_frames = [int(f) for f in np.linspace(scene.frame_end // 4, scene.frame_end, 4).round()]
+        close = render_frames(scene, close_frames, os.path.join(out, "frames"), prefix="close")
+        scene.camera = wide_cam
+        sheet = contact_sheet([paths[i] for i in pick] + close, os.path.join(out, "demo.png"), columns=4)
         render_s = time.perf_counter() - t0
-        log(f"rendered {len(paths)} frames to {os.path.join(out, 'frames')} and the contact sheet {sheet}")
+        log(f"rendered {len(paths)} frames and {len(close)} close-ups to {os.path.join(out, 'frames')}; contact sheet {sheet}")
 
     print_table(cloths, meter, sim_counts, bake_s, args.frames)
     log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
