@@ -29,12 +29,15 @@ One `SelfCollision` per model. The step calls it twice:
   not depend on thread count or order. Friction (Coulomb, position level)
   uses the motion since ``prev_pos``.
 
-Exactly once: every vertex and edge is owned by one triangle, each triangle
-pair is visited once (canonical A < B, and only in the lowest grid cell both
-boxes overlap), and a triangle pair tests only the features its two triangles
-own. Pairs of triangles within two rings (sharing a vertex, or with corners
-joined by an edge) are skipped, and a pair that was closer than the thickness
-at rest is only held at its rest distance.
+Exactly once: each triangle pair is visited once (canonical A < B, and, in
+the grid, only in the lowest cell both boxes overlap). A feature pair (a
+vertex and a triangle, two edges, two points) is met from every pair of
+triangles around its features and is emitted only by the lowest such pair
+that is more than two rings apart and whose boxes overlap (checked after the
+distance test, so it costs only for contacts). Triangle pairs within two
+rings (a corner of one equal or joined by an edge to a corner of the other)
+are skipped, so neighbours within two rings get no contacts; a pair that was
+closer than the thickness at rest is only held at its rest distance.
 
 Regions: ``region`` gives every vertex a region id (one per cloth object after
 `merge_meshes`, or per vertex group). ``modes[i, j]`` (i >= j, the lower
@@ -288,11 +291,29 @@ class SelfCollision:
         a = np.concatenate([e[:, 0], e[:, 1]])
         b = np.concatenate([e[:, 1], e[:, 0]])
         order = np.argsort(a, kind="stable")
-        adj = b[order].astype(np.int32)
+        adj = np.ascontiguousarray(b[order].astype(np.int32))
         adj_start = np.zeros(n + 1, dtype=np.int64)
         np.add.at(adj_start, a + 1, 1)
         adj_start = np.cumsum(adj_start)
-        self.tri_ring_start, self.tri_ring = _k.triangle_rings(tri, adj_start, adj, n)
+        self.adj_start, self.adj = adj_start, adj
+        self.ring_start, self.ring = _k.triangle_rings(tri, adj_start, adj, n)
+        # Vertex -> triangles (ascending) and edge -> its first two triangles,
+        # for the canonical emission rule.
+        tv = tri.reshape(-1).astype(np.int64)
+        order = np.argsort(tv, kind="stable")
+        self.vtri = np.ascontiguousarray((order // 3).astype(np.int32))
+        vs = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(vs, tv + 1, 1)
+        self.vtri_start = np.cumsum(vs)
+        et = np.full((len(self.edges), 2), -1, dtype=np.int32)
+        fe = self.tri_edges.reshape(-1).astype(np.int64)
+        order = np.argsort(fe, kind="stable")
+        fe_sorted = fe[order]
+        first = np.searchsorted(fe_sorted, np.arange(len(self.edges)))
+        rank = np.arange(len(fe_sorted)) - first[fe_sorted]
+        keep = rank < 2
+        et[fe_sorted[keep], rank[keep]] = (order[keep] // 3).astype(np.int32)
+        self.edge_tris = np.ascontiguousarray(et)
         # Triangle region: the majority of its corners, else the lowest.
         r = self.region[tri] if nt else np.zeros((0, 3), np.int32)
         tri_region = np.min(r, axis=1) if nt else np.zeros(0, np.int32)
@@ -300,7 +321,6 @@ class SelfCollision:
         maj = np.where(r[:, 0] == r[:, 1], r[:, 0], maj) if nt else maj
         maj = np.where(r[:, 0] == r[:, 2], r[:, 0], maj) if nt else maj
         self.tri_region = np.ascontiguousarray(maj.astype(np.int32))
-        self.own_mask = _k.ownership(tri, self.tri_edges, len(self.edges), self.region, self.tri_region, n)
         # BVH leaf order: Morton order of rest centroids (the tree is refitted, never rebuilt).
         if nt:
             c = self.rest[tri].mean(axis=1)
@@ -345,8 +365,9 @@ class SelfCollision:
     def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
         while True:
-            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.own_mask,
-                    self.tri_region, self.tri_ring_start, self.tri_ring, self.modes, self.thickness,
+            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.edge_tris,
+                    self.tri_region, self.vtri_start, self.vtri, self.adj_start, self.adj,
+                    self.ring_start, self.ring, self.modes, self.thickness,
                     self.friction, self.conservativeness, self.layers, np.float32(margin))
             outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
                     self._out_target, self._out_friction, stats)

@@ -253,6 +253,15 @@ def _grid_build(box, max_cells_factor):
 
 
 @njit(**_JIT)
+def _share_vertex(triangles, A, B):
+    for i in range(3):
+        for j in range(3):
+            if triangles[A, i] == triangles[B, j]:
+                return True
+    return False
+
+
+@njit(**_JIT)
 def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count,
           kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
     if count < out_kind.shape[0]:
@@ -293,10 +302,94 @@ def _rest_ee(rest, a, b, c, d):
 
 
 @njit(**_JIT)
-def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_mask,
+def _near_triangles(triangles, t, T, adj_start, adj):
+    """Triangles within two rings: a corner of one equals or neighbours a
+    corner of the other."""
+    for i in range(3):
+        v = triangles[t, i]
+        for k in range(3):
+            w = triangles[T, k]
+            if v == w:
+                return True
+            for j in range(adj_start[v], adj_start[v + 1]):
+                if adj[j] == w:
+                    return True
+    return False
+
+
+@njit(**_JIT)
+def _boxes_overlap(box, a, b):
+    return not (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
+                or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5])
+
+
+@njit(**_JIT)
+def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+    """P is the lowest triangle around v that shares no vertex with T (among
+    those the broad phase pairs with T)."""
+    for j in range(vtri_start[v], vtri_start[v + 1]):
+        t = vtri[j]
+        if t >= P:
+            return True
+        if not _near_triangles(triangles, t, T, adj_start, adj) and _boxes_overlap(box, t, T):
+            return False
+    return True
+
+
+@njit(**_JIT)
+def _pair_before(t1, t2, A, B):
+    lo = min(t1, t2)
+    hi = max(t1, t2)
+    return lo < A or (lo == A and hi < B)
+
+
+@njit(**_JIT)
+def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+    """(A, B) is the lowest pair of triangles around the two edges that
+    share no vertex."""
+    for i in range(edge_tris.shape[1]):
+        t1 = edge_tris[ea, i]
+        if t1 < 0:
+            continue
+        for j in range(edge_tris.shape[1]):
+            t2 = edge_tris[eb, j]
+            if t2 < 0:
+                continue
+            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+                    and _boxes_overlap(box, t1, t2)):
+                return False
+    return True
+
+
+@njit(**_JIT)
+def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+    for i in range(vtri_start[v], vtri_start[v + 1]):
+        t1 = vtri[i]
+        for j in range(vtri_start[w], vtri_start[w + 1]):
+            t2 = vtri[j]
+            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+                    and _boxes_overlap(box, t1, t2)):
+                return False
+    return True
+
+
+@njit(**_JIT)
+def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
                  region_thick, region_fric, region_cons, region_layer, tri_region, margin,
+                 vtri_start, vtri, box, adj_start, adj,
                  out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count):
-    """All feature pairs of triangles A and B that the two own, tested once."""
+    """Every feature pair of triangles A and B (which share no vertex), each
+    emitted exactly once.
+
+    A feature pair is found from every pair of triangles around its features
+    that share no vertex; it is emitted only by the lowest such triangle pair
+    (canonical ordering, checked after the distance test so it costs only
+    for contacts). Features are excluded only when no such triangle pair
+    exists (a vertex on the triangle, edges sharing an end): neighbours two
+    rings apart still get contacts, so the cloth cannot crumple through itself
+    at the scale of one element; they rarely come within the thickness, and
+    pairs that were that close at rest are held at their rest distance.
+    """
     rA = tri_region[A]
     rB = tri_region[B]
     thick = 0.5 * (region_thick[rA] + region_thick[rB])
@@ -306,43 +399,44 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_ma
     layA = region_layer[rA]
     layB = region_layer[rB]
     layered = layA >= 0 and layB >= 0 and layA != layB
+    if mode == MODE_POINT_POINT:
+        for k in range(3):
+            v = triangles[A, k]
+            px = pos[0, v]
+            py = pos[1, v]
+            pz = pos[2, v]
+            for m in range(3):
+                w = triangles[B, m]
+                dx = px - pos[0, w]
+                dy = py - pos[1, w]
+                dz = pz - pos[2, w]
+                d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+                if d0 > 1e-12:
+                    nx, ny, nz = dx / d0, dy / d0, dz / d0
+                else:
+                    nx, ny, nz = 0.0, 0.0, 1.0
+                close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
+                if d0 < reach or d0 + cons * close < reach:
+                    if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+                        continue
+                    rx = rest[v, 0] - rest[w, 0]
+                    ry = rest[v, 1] - rest[w, 1]
+                    rz = rest[v, 2] - rest[w, 2]
+                    target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
+                    count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                                  count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
+        return count
     for side in range(2):
         T = B if side == 0 else A
         P = A if side == 0 else B
-        if mode == MODE_POINT_POINT and side == 1:
-            break
+        a = triangles[T, 0]
+        b = triangles[T, 1]
+        c = triangles[T, 2]
         for k in range(3):
-            if not (own_mask[P] >> k) & 1:
-                continue
             v = triangles[P, k]
             px = pos[0, v]
             py = pos[1, v]
             pz = pos[2, v]
-            if mode == MODE_POINT_POINT:
-                for m in range(3):
-                    if not (own_mask[T] >> m) & 1:
-                        continue
-                    w = triangles[T, m]
-                    dx = px - pos[0, w]
-                    dy = py - pos[1, w]
-                    dz = pz - pos[2, w]
-                    d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
-                    if d0 > 1e-12:
-                        nx, ny, nz = dx / d0, dy / d0, dz / d0
-                    else:
-                        nx, ny, nz = 0.0, 0.0, 1.0
-                    close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
-                    if d0 < reach or d0 + cons * close < reach:
-                        rx = rest[v, 0] - rest[w, 0]
-                        ry = rest[v, 1] - rest[w, 1]
-                        rz = rest[v, 2] - rest[w, 2]
-                        target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
-                        count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
-                                      count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
-                continue
-            a = triangles[T, 0]
-            b = triangles[T, 1]
-            c = triangles[T, 2]
             u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
                                              pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
             qx = u * pos[0, a] + vv * pos[0, b] + ww * pos[0, c]
@@ -367,6 +461,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_ma
             rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
             close = (rel[0, v] - rqx) * nx + (rel[1, v] - rqy) * ny + (rel[2, v] - rqz) * nz
             if d0 < reach or d0 + cons * close < reach:
+                if not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+                    continue
                 if layered:
                     # Outer layer (higher order) stays on the normal side of the inner layer.
                     sgn = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
@@ -383,14 +479,10 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_ma
         return count
     # edge-edge
     for ka in range(3):
-        if not (own_mask[A] >> (3 + ka)) & 1:
-            continue
         ea = tri_edges[A, ka]
         a = edges[ea, 0]
         b = edges[ea, 1]
         for kb in range(3):
-            if not (own_mask[B] >> (3 + kb)) & 1:
-                continue
             eb = tri_edges[B, kb]
             c = edges[eb, 0]
             d = edges[eb, 1]
@@ -424,6 +516,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_ma
                 nz /= ln
             close = rdx * nx + rdy * ny + rdz * nz
             if d0 < reach or d0 + cons * close < reach:
+                if not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+                    continue
                 ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = _tri_frame(
                     pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
                 if layered:
@@ -445,8 +539,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, own_ma
 
 
 @njit(**_JIT)
-def detect_grid(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
-                tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+                vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
                 out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
     """Broad phase (uniform grid) + narrow phase. Returns the number of contacts
     found (may exceed the out arrays' capacity: then call again with more room).
@@ -468,12 +562,12 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_regi
         lo0 = min(lo0, box[i, 0])
         lo1 = min(lo1, box[i, 1])
         lo2 = min(lo2, box[i, 2])
-    mark = np.zeros(n, np.int32)
+    mark = np.zeros(n, np.int64)
+    stamped = -1
     count = 0
     overlaps = 0
     narrow = 0
     for A in range(nt):
-        stamped = False
         rA = tri_region[A]
         for cz in range(cmin[A, 2], cmax[A, 2] + 1):
             for cy in range(cmin[A, 1], cmax[A, 1] + 1):
@@ -495,17 +589,18 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_regi
                         mode = mode_matrix[max(rA, rB), min(rA, rB)]
                         if mode == MODE_OFF:
                             continue
-                        if not stamped:
-                            for q in range(tri_ring_start[A], tri_ring_start[A + 1]):
-                                mark[tri_ring[q]] = A + 1
-                            stamped = True
+                        if stamped != A:
+                            for q_ in range(ring_start[A], ring_start[A + 1]):
+                                mark[ring[q_]] = A + 1
+                            stamped = A
                         if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
                                 or mark[triangles[B, 2]] == A + 1):
                             continue
                         narrow += 1
                         count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
-                                             own_mask, region_thick, region_fric, region_cons, region_layer,
-                                             tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                             edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                             tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                             out_vertex, out_kind, out_normal, out_frame,
                                              out_target, out_friction, count)
     stats[0] = overlaps
     stats[1] = narrow
@@ -539,8 +634,8 @@ def bvh_refit(order, box, node_box, n_leaves):
 
 
 @njit(**_JIT)
-def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
-               tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+               vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
                order, node_box, out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
                stats):
     """Same contract as detect_grid, with a refitted BVH (built once at rest)."""
@@ -554,13 +649,13 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_regio
     bvh_refit(order, box, node_box, nt)
     size = node_box.shape[0]
     first_leaf = size - nt
-    mark = np.zeros(n, np.int32)
     stack = np.empty(128, np.int64)
+    mark = np.zeros(n, np.int64)
+    stamped = -1
     count = 0
     overlaps = 0
     narrow = 0
     for A in range(nt):
-        stamped = False
         rA = tri_region[A]
         sp = 0
         stack[0] = 0
@@ -581,17 +676,18 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_regio
                 mode = mode_matrix[max(rA, rB), min(rA, rB)]
                 if mode == MODE_OFF:
                     continue
-                if not stamped:
-                    for q in range(tri_ring_start[A], tri_ring_start[A + 1]):
-                        mark[tri_ring[q]] = A + 1
-                    stamped = True
+                if stamped != A:
+                    for q_ in range(ring_start[A], ring_start[A + 1]):
+                        mark[ring[q_]] = A + 1
+                    stamped = A
                 if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
                         or mark[triangles[B, 2]] == A + 1):
                     continue
                 narrow += 1
                 count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
-                                     own_mask, region_thick, region_fric, region_cons, region_layer,
-                                     tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                     edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                     tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                             out_vertex, out_kind, out_normal, out_frame,
                                      out_target, out_friction, count)
             else:
                 L = 2 * node + 1
@@ -649,12 +745,15 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             dy = py - qy
             dz = pz - qz
             h = dx * tnx + dy * tny + dz * tnz
-            # Off the triangle's edge by more than the thickness: the
-            # neighbouring triangle's contact (or an edge-edge one) owns it.
+            # Only while the vertex is over the triangle: beside it (in the
+            # plane, as in cloth squeezed flat) the triangle's normal is the
+            # wrong way to push; the neighbouring triangle's contact or the
+            # edge-edge contacts hold it there.
             tx = dx - h * tnx
             ty = dy - h * tny
             tz = dz - h * tnz
-            if tx * tx + ty * ty + tz * tz > contact_target[k] * contact_target[k]:
+            tol = 0.05 * contact_target[k]
+            if tx * tx + ty * ty + tz * tz > tol * tol:
                 active = False
             nx = s * tnx
             ny = s * tny
@@ -848,43 +947,6 @@ def triangle_rings(triangles, adj_start, adj, n):
     return start, ring
 
 
-@njit(cache=True)
-def ownership(triangles, tri_edges, n_edges, vertex_region, tri_region, n):
-    """Bit k (k < 3): triangle owns corner k; bit 3 + k: owns edge k.
-
-    A vertex belongs to the lowest-numbered triangle around it that is in the
-    vertex's own region (any triangle when none is); an edge to the
-    lowest-numbered triangle around it. Every feature then has exactly one
-    owner, so a feature pair is tested by exactly one triangle pair."""
-    nt = triangles.shape[0]
-    vowner = np.full(n, -1, np.int64)
-    vowner_any = np.full(n, -1, np.int64)
-    eowner = np.full(n_edges, -1, np.int64)
-    for t in range(nt):
-        for k in range(3):
-            v = triangles[t, k]
-            if vowner_any[v] < 0:
-                vowner_any[v] = t
-            if vowner[v] < 0 and tri_region[t] == vertex_region[v]:
-                vowner[v] = t
-            e = tri_edges[t, k]
-            if eowner[e] < 0:
-                eowner[e] = t
-    mask = np.zeros(nt, np.uint8)
-    for t in range(nt):
-        m = 0
-        for k in range(3):
-            v = triangles[t, k]
-            o = vowner[v] if vowner[v] >= 0 else vowner_any[v]
-            # A corner repeated in a degenerate triangle is owned once.
-            if o == t and not (k >= 1 and triangles[t, 0] == v) and not (k == 2 and triangles[t, 1] == v):
-                m |= 1 << k
-            if eowner[tri_edges[t, k]] == t:
-                m |= 1 << (3 + k)
-        mask[t] = m
-    return mask
-
-
 # ---------------------------------------------------------------- patch broad phase (default)
 #
 # Triangles are grouped once into small connected patches (breadth-first over
@@ -999,8 +1061,8 @@ def _patches_adjacent(p, q, nstart, nbr):
 
 
 @njit(**_JIT)
-def detect_patches(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_region, tri_ring_start,
-                   tri_ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+                   vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
                    pstart, ptris, nstart, nbr, flat_cos,
                    out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
     """Same contract as detect_grid, with the patch broad phase."""
@@ -1151,7 +1213,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_r
         pmot[p, 2] = rmz
         pmot[p, 3] = np.sqrt(dev)
     order = np.argsort(pbox[:, 0])
-    mark = np.zeros(n, np.int32)
+    mark = np.zeros(n, np.int64)
     stamped = -1
     count = 0
     overlaps = 0
@@ -1208,16 +1270,17 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, own_mask, tri_r
                     if mode == MODE_OFF:
                         continue
                     if stamped != a:
-                        for s in range(tri_ring_start[a], tri_ring_start[a + 1]):
-                            mark[tri_ring[s]] = a + 1
+                        for q_ in range(ring_start[a], ring_start[a + 1]):
+                            mark[ring[q_]] = a + 1
                         stamped = a
                     if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
                             or mark[triangles[b, 2]] == a + 1):
                         continue
                     narrow += 1
                     count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
-                                         own_mask, region_thick, region_fric, region_cons, region_layer,
-                                         tri_region, margin, out_vertex, out_kind, out_normal, out_frame,
+                                         edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                         tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                             out_vertex, out_kind, out_normal, out_frame,
                                          out_target, out_friction, count)
     stats[0] = overlaps
     stats[1] = narrow

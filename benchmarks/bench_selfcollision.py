@@ -1,0 +1,140 @@
+"""Self collision benchmarks (`make bench-selfcollision`): one JSON line per case.
+
+Cases (1 numba thread, 60 Hz steps, medians over the measured steps):
+- hanging_sheet_32 at 20 substeps with the swinging capsule: detection and
+  solve time per step, for each broad phase (patch = default, grid, bvh);
+  reference: 2.166 ms detection, 0.007 ms solve; target <= 0.15 ms detection.
+- hanging_sheet_100 at 2 substeps: the whole step with self collision against
+  the step without it (target ratio <= 3).
+- layered_sheets (two sheets over a swinging capsule, layer order set) with
+  cached contacts against no self collision (target ratio <= 1.3).
+The machine may be shared: figures are noisy, compare ratios taken in one run.
+"""
+
+import sys
+import time
+
+import numba
+import numpy as np
+
+from common import emit, hanging_sheet, log, swinging_capsule
+
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
+from drape.solver.selfcollision import SelfCollision, merge_meshes
+
+DT = 1.0 / 60.0
+
+
+def run_steps(model, state, inputs_at, params, warm, steps, sc=None):
+    """Step warm + steps times; per measured step: total, detect, solve (ms)."""
+    total, detect, solve = [], [], []
+    for i in range(warm + steps):
+        inputs = inputs_at(i)
+        t = time.perf_counter()
+        step(model, state, inputs, DT, params)
+        dt = time.perf_counter() - t
+        if i >= warm:
+            total.append(dt * 1e3)
+            if sc is not None:
+                detect.append(sc.detect_ms)
+                solve.append(sc.solve_ms)
+    med = lambda a: float(np.median(a)) if a else 0.0  # noqa: E731
+    return med(total), med(detect), med(solve), (min(detect) if detect else 0.0)
+
+
+def hanging(n, substeps, broad_phase=None, warm=60, steps=240, thickness=0.005):
+    rest, fi, fs, pin = hanging_sheet(n, n)
+    params = ClothParams(substeps=substeps, threads=1)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    sc = None
+    if broad_phase is not None:
+        sc = SelfCollision.from_model(model, thickness=thickness, broad_phase=broad_phase)
+        model.self_collision = sc
+    state = model.new_state()
+    targets = rest.astype(np.float32)
+
+    def inputs_at(i):
+        return StepInputs(pin_targets=targets, capsules=swinging_capsule(i * DT, (i + 1) * DT))
+
+    return model, run_steps(model, state, inputs_at, params, warm, steps, sc), sc
+
+
+def layered_scene(n=24, size=0.6, gap=0.02):
+    """Two sheets (inner region 0, outer region 1, faces up) above a capsule
+    along x that swings hard in y: they fall, drape over it and slide."""
+    def sheet(z):
+        xs = np.linspace(-size / 2, size / 2, n + 1)
+        x, y = np.meshgrid(xs, xs)
+        rest = np.stack([x.ravel(), y.ravel(), np.full(x.size, z)], axis=1)
+        idx = np.arange((n + 1) ** 2).reshape(n + 1, n + 1)
+        quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], axis=-1)
+        return rest, quads.ravel(), np.full(n * n, 4)
+    merged = merge_meshes([sheet(0.12), sheet(0.12 + gap)])
+
+    def capsule(t0, t1, amplitude=0.25, period=0.6):
+        def ends(t):
+            y = amplitude * np.sin(2 * np.pi * t / period)
+            return np.array([[-0.6, y, 0.0]]), np.array([[0.6, y, 0.0]])
+        a0, b0 = ends(t0)
+        a1, b1 = ends(t1)
+        return Capsules(a0=a0, b0=b0, a1=a1, b1=b1, radius_a=[0.1], radius_b=[0.1])
+    return merged, capsule
+
+
+def layered(cached, warm=90, steps=240, substeps=10):
+    merged, capsule = layered_scene()
+    params = ClothParams(substeps=substeps, threads=1)
+    model = build_model(merged.positions, merged.face_indices, merged.face_sizes,
+                        vertex_masses(merged.positions, merged.face_indices, merged.face_sizes, 0.2),
+                        np.zeros(len(merged.positions), np.float32), params, region=merged.region)
+    sc = SelfCollision.from_model(model, thickness=0.006, layers=[0, 1])
+    model.self_collision = sc
+    state = model.new_state()
+
+    def inputs_at(i):
+        return StepInputs(capsules=capsule(i * DT, (i + 1) * DT))
+
+    # Warm up with live detection (the garment settles onto the capsule), then
+    # cache the contacts once and measure.
+    run_steps(model, state, inputs_at, params, warm, 0, sc)
+    if cached:
+        sc.cache_contacts(state.positions, radius=0.02)
+    else:
+        model.self_collision = None
+    return model, run_steps(model, state, lambda i: inputs_at(i + warm), params, 0, steps,
+                            sc if cached else None), sc
+
+
+def main():
+    numba.set_num_threads(1)
+    log("compiling (first run fills numba's cache)...")
+    hanging(8, 2, "patch", warm=2, steps=2)
+    for bp in ("grid", "bvh"):
+        hanging(8, 2, bp, warm=2, steps=2)
+
+    base32 = hanging(32, 20, None)[1]
+    for bp in ("patch", "grid", "bvh"):
+        model, (total, det, sol, det_min), sc = hanging(32, 20, bp)
+        emit(scene="hanging_sheet_32_capsule", vertices=model.n, substeps=20, threads=1,
+             broad_phase=bp, ms_per_step_median=round(total, 4),
+             ms_per_step_without_self_collision=round(base32[0], 4),
+             detect_ms=round(det, 4), detect_ms_min=round(det_min, 4), solve_ms=round(sol, 4),
+             contacts_last=sc.count, reference_detect_ms=2.166, target_detect_ms=0.15)
+
+    model, (off, _, _, _), _ = hanging(100, 2, None)
+    model, (on, det, sol, det_min), sc = hanging(100, 2, "patch")
+    emit(scene="hanging_sheet_100_capsule", vertices=model.n, substeps=2, threads=1, broad_phase="patch",
+         ms_per_step_median=round(on, 4), ms_per_step_without_self_collision=round(off, 4),
+         ratio=round(on / off, 3), detect_ms=round(det, 4), solve_ms=round(sol, 4), target_ratio=3.0)
+
+    model, (cached, _, sol, _), sc = layered(True)
+    model, (off, _, _, _), _ = layered(False)
+    emit(scene="layered_sheets_capsule_cached", vertices=model.n, substeps=10, threads=1,
+         ms_per_step_median=round(cached, 4), ms_per_step_without_self_collision=round(off, 4),
+         ratio=round(cached / off, 3), detect_ms=0.0, solve_ms=round(sol, 4), cached_contacts=sc.count,
+         target_ratio=1.3)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
