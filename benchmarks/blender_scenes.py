@@ -8,7 +8,10 @@ back and forth through it along Y. The sphere's centre is given per frame by
 start/end collider transforms).
 """
 
+import contextlib
 import math
+import os
+import sys
 import time
 
 import numpy as np
@@ -196,6 +199,21 @@ def run_blender(sheet, frames, quality=5, self_collision=False, sample_frames=()
     return times, samples
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Blender prints operator reports ("Info: ...") on the process's stdout; the
+    benchmark's stdout is JSON lines only, so send them to stderr meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def build_drape_addon_scene(sheet, frames, mass_per_vertex=BLENDER_VERTEX_MASS, substeps=None):
     """The same scene for Drape running inside Blender as the add-on: the sheet made a
     cloth with drape.cloth_add (pin group 'pin'), the sphere a zero-length capsule
@@ -224,7 +242,8 @@ def build_drape_addon_scene(sheet, frames, mass_per_vertex=BLENDER_VERTEX_MASS, 
         o.select_set(False)
     obj.select_set(True)
     bpy.context.view_layer.objects.active = obj
-    result = bpy.ops.drape.cloth_add(pin_group="pin")
+    with stdout_to_stderr():
+        result = bpy.ops.drape.cloth_add(pin_group="pin")
     if "FINISHED" not in result:
         raise RuntimeError(f"drape.cloth_add failed: {result}")
     obj.drape.areal_density = mass_per_vertex * sheet.n / sheet.area
