@@ -58,8 +58,10 @@ def rest_lengths(rest_positions, edges):
 
 # ----------------------------------------------------------------- colliders
 
-def inside_capsule(positions, a, b, radius, tolerance=1e-3):
-    """Count vertices deeper than `tolerance` inside the capsule a-b (a == b: sphere)."""
+def inside_capsule(positions, a, b, radius, tolerance=1e-3, radius_b=None):
+    """Count vertices deeper than `tolerance` inside the capsule a-b (a == b: sphere).
+    With radius_b (a round cone) the radius is interpolated at the closest point on
+    the axis, which is exact for equal radii and slightly generous otherwise."""
     p = np.asarray(positions, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -71,7 +73,8 @@ def inside_capsule(positions, a, b, radius, tolerance=1e-3):
         t = np.zeros(len(p))
     closest = a + t[:, None] * ab
     d = np.linalg.norm(p - closest, axis=1)
-    return int(np.count_nonzero(d < radius - tolerance))
+    r = radius if radius_b is None else radius + (radius_b - radius) * t
+    return int(np.count_nonzero(d < r - tolerance))
 
 
 def inside_convex(positions, normals, offsets, tolerance=1e-3):

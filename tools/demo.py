@@ -558,6 +558,59 @@ def simulated_vertices(obj):
     return entry.model.n, ()
 
 
+# --------------------------------------------------------------------------- quality of the bake
+
+def _world_mesh(obj, depsgraph):
+    """World positions of the evaluated (baked) mesh and its polygons."""
+    ev = obj.evaluated_get(depsgraph)
+    me = ev.to_mesh()
+    co = np.empty(len(me.vertices) * 3, np.float64)
+    me.vertices.foreach_get("co", co)
+    fi = np.empty(len(me.loops), np.int64)
+    me.loops.foreach_get("vertex_index", fi)
+    fs = np.empty(len(me.polygons), np.int64)
+    me.polygons.foreach_get("loop_total", fs)
+    ev.to_mesh_clear()
+    m = np.array(obj.matrix_world)
+    return co.reshape(-1, 3) @ m[:3, :3].T + m[:3, 3], fi, fs
+
+
+def print_quality(scene, cloths, capsules, layers):
+    """The baked result checked with benchmarks/quality.py (written apart from the
+    solver) at the last frame: edge strain against the rest mesh, vertices deeper than
+    1 mm inside a body capsule, intersecting triangle pairs (exact test), and
+    between the two skirt layers."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import quality as Q
+    from drape.scene import colliders as colliders_mod
+    scene.frame_set(scene.frame_end)
+    dg = __import__("bpy").context.evaluated_depsgraph_get()
+    caps = colliders_mod.read(scene, dg).capsules
+    body = [caps[o.name] for o in capsules if o.name in caps]
+    print(f"quality at frame {scene.frame_end} (benchmarks/quality.py):")
+    meshes = {}
+    for obj in cloths:
+        x, fi, fs = _world_mesh(obj, dg)
+        rest = np.empty(len(obj.data.vertices) * 3)
+        obj.data.vertices.foreach_get("co", rest)
+        # Rest lengths from the object's own (un-simulated, un-deformed) mesh.
+        edges = Q.polygon_edges(fi, fs)
+        strain = Q.edge_strain(x, edges, Q.rest_lengths(rest.reshape(-1, 3), edges)
+                               * float(np.mean(np.linalg.norm(np.array(obj.matrix_world)[:3, :3], axis=0))))
+        inside = sum(Q.inside_capsule(x, a, b, ra, radius_b=rb) for a, b, ra, rb in body)
+        tris = Q.triangulate(fi, fs)
+        meshes[obj.name] = (x, tris)
+        print(f"  {obj.name:11s} edge strain mean {strain.mean():+.4f} max {strain.max():.3f}; "
+              f"vertices inside body capsules {inside}; intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
+    a, b = layers
+    xa, ta = meshes[a.name]
+    xb, tb = meshes[b.name]
+    both = np.concatenate([xa, xb])
+    tris = np.concatenate([ta, tb + len(xa)])
+    crossing = Q.intersecting_pairs(both, tris) - Q.intersecting_pairs(xa, ta) - Q.intersecting_pairs(xb, tb)
+    print(f"  {a.name} x {b.name}: intersecting triangle pairs between the layers {crossing}")
+
+
 # --------------------------------------------------------------------------- main
 
 def main(argv=None):
@@ -651,6 +704,7 @@ def main(argv=None):
         log(f"rendered {len(paths)} frames and {len(close)} close-ups to {os.path.join(out, 'frames')}; contact sheet {sheet}")
 
     print_table(cloths, meter, sim_counts, bake_s, args.frames)
+    print_quality(scene, cloths, capsules, (skirt, overskirt))
     log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
     return 0
 
