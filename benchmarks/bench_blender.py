@@ -14,7 +14,7 @@ of the result from benchmarks/quality.py: max and mean edge strain, vertices
 inside the collider, intersecting triangle pairs (exact test, triangles that
 share no vertex). Timings exclude reading positions and computing the metrics.
 
-    make bench-blender                  # the default run (~5-8 min on 2 cores)
+    make bench-blender                  # the default run (~10 min on the shared 2 cores at load 4-5)
     .venv/bin/python benchmarks/bench_blender.py --quick      # smoke run (~1 min)
     .venv/bin/python benchmarks/bench_blender.py --no-blender # Drape only
 
