@@ -27,6 +27,10 @@ MODE_OFF = 0
 MODE_POINT_POINT = 1
 MODE_FULL = 2
 
+# A vertex-triangle contact pushes while the vertex is over the triangle or
+# beside it by at most this many thicknesses.
+VT_REACH = 1.0
+
 _JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
 
 
@@ -752,7 +756,7 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             tx = dx - h * tnx
             ty = dy - h * tny
             tz = dz - h * tnz
-            tol = 0.05 * contact_target[k]
+            tol = VT_REACH * contact_target[k]
             if tx * tx + ty * ty + tz * tz > tol * tol:
                 active = False
             nx = s * tnx
