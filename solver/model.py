@@ -52,8 +52,14 @@ class DistanceConstraints:
         self.lam = np.zeros(len(pairs), dtype=np.float32)
         self.wa = np.zeros(len(pairs), dtype=np.float32)
         self.wb = np.zeros(len(pairs), dtype=np.float32)
-        self.ca = np.zeros(len(pairs), dtype=np.float32)
-        self.cb = np.zeros(len(pairs), dtype=np.float32)
+        # The fast kernel reads one record per constraint (flat, 16-byte
+        # stride: ca, cb, rest, pad) and one index pair: two base pointers
+        # instead of five, so the loop keeps everything in registers.
+        self.ab = _u32(pairs.reshape(-1))
+        self.coef = np.zeros((len(pairs), 4), dtype=np.float32)
+        self.coef[:, 2] = self.rest
+        self.ca = self.coef[:, 0]
+        self.cb = self.coef[:, 1]
         self._coef_alpha = None
 
     def __len__(self):
@@ -83,7 +89,7 @@ class DistanceConstraints:
         self._coef_alpha = alpha_tilde
 
     def packed(self):
-        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam, self.ca, self.cb)
+        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam, self.ab, self.coef.reshape(-1))
 
 
 class BendingConstraints:
@@ -100,7 +106,13 @@ class BendingConstraints:
         self.swk2 = np.zeros(len(idx), dtype=np.float32)
         self.rest = _f32(self.rest64)
         self.lam = np.zeros(len(idx), dtype=np.float32)
-        self.c = np.zeros_like(self.k)
+        # Fast-kernel records (flat, 32-byte stride): k1, k2, k3, rest, c0..c3,
+        # plus the four vertex indices: two base pointers instead of nine.
+        self.idx4 = _u32(self.idx_aos.reshape(-1))
+        self.coef = np.zeros((len(idx), 8), dtype=np.float32)
+        self.coef[:, 0:3] = self.k[1:4].T
+        self.coef[:, 3] = self.rest
+        self.c = self.coef[:, 4:8].T
         self._coef_alpha = None
 
     def __len__(self):
@@ -126,7 +138,7 @@ class BendingConstraints:
         return topology.bending_energy(positions, self.idx_aos, self.k64, self.rest64, compliance)
 
     def packed(self):
-        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam, self.c)
+        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam, self.idx4, self.coef.reshape(-1))
 
 
 class Model:
@@ -175,6 +187,12 @@ class Model:
         self.hit = np.zeros(n, dtype=np.int32)
         self.entry = np.zeros((9, n), dtype=np.float32)
         self.contact = np.zeros((7, n), dtype=np.float32)
+        self.targets_scratch = np.zeros((3, n), dtype=np.float32)
+        self._collider_scratch = (np.zeros((0, 14), np.float32), np.zeros((0, 14), np.float32),
+                                  np.zeros((0, 9), np.float32))
+        # Bumped whenever the pins (and with them masses, tethers) change:
+        # step() caches per-model kernel arguments against it.
+        self.pin_version = 0
         self.pin_weight = None
         self.set_pin_weight(pin_weight)
 
@@ -194,6 +212,7 @@ class Model:
         if self.pin_weight is not None and np.array_equal(w, self.pin_weight):
             return False
         self.pin_weight = w
+        self.pin_version += 1
         kinematic = w >= 1.0
         self.kinematic = _u32(np.flatnonzero(kinematic))
         self.soft = _u32(np.flatnonzero((w > 0.0) & ~kinematic))
