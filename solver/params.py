@@ -140,14 +140,17 @@ class Capsules:
 
     def packed(self):
         """(k, 14) float32: a0, b0, a1, b1, radius_a, radius_b."""
+        # Called every step: few numpy calls (the values are converted by the
+        # assignments, checked by one float64 sum: NaN/Inf propagate, and
+        # float32 values cannot overflow it).
         try:
-            a0 = np.asarray(self.a0, dtype=np.float32)
-            k = a0.shape[0] if a0.ndim == 2 else -1
+            shape = np.shape(self.a0)
+            k = shape[0] if len(shape) == 2 else -1
             out = np.empty((max(k, 0), 14), dtype=np.float32)
             for col, name in ((0, "a0"), (3, "b0"), (6, "a1"), (9, "b1")):
-                v = np.asarray(getattr(self, name), dtype=np.float32)
-                if v.shape != (k, 3):
-                    raise SolverError(f"Capsules.{name} must have shape (k, 3) like a0 {a0.shape}, got {v.shape}")
+                v = getattr(self, name)
+                if np.shape(v) != (k, 3):
+                    raise SolverError(f"Capsules.{name} must have shape (k, 3) like a0 {shape}, got {np.shape(v)}")
                 out[:, col:col + 3] = v
             out[:, 12] = self.radius_a
             out[:, 13] = self.radius_b
@@ -155,9 +158,9 @@ class Capsules:
             if isinstance(exc, SolverError):
                 raise
             raise SolverError(f"Capsules: arrays must be (k, 3) end points and (k,) radii ({exc})") from None
-        if not np.isfinite(out).all():
+        if not np.isfinite(out.sum(dtype=np.float64)):
             raise SolverError("Capsules contain NaN or Inf")
-        if (out[:, 12:14] < 0).any():
+        if k > 0 and out[:, 12:14].min() < 0:
             raise SolverError("Capsules radius_a/radius_b must be >= 0")
         return out
 

@@ -11,10 +11,11 @@ from .params import ClothParams, SolverError
 
 _EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
 _EMPTY_PLANES = np.zeros((0, 12), dtype=np.float32)
+_FAST = K.compiled_fast()
 
 
-def _per_vertex(name, value, n):
-    """(n, 3) or (3,) -> (3, n) float32, validated."""
+def _per_vertex(name, value, n, out=None):
+    """(n, 3) or (3,) -> (3, n) float32, validated (into `out` if given)."""
     a = np.asarray(value, dtype=np.float32)
     if a.shape == (3,):
         a = np.broadcast_to(a[:, None], (3, n))
@@ -23,15 +24,24 @@ def _per_vertex(name, value, n):
         return np.ascontiguousarray(a)
     if a.shape != (n, 3):
         raise SolverError(f"{name} must have shape ({n}, 3) or (3,), got {a.shape}")
-    if not np.all(np.isfinite(a)):
+    # One float64 sum: NaN/Inf propagate and float32 values cannot overflow it.
+    if not np.isfinite(a.sum(dtype=np.float64)):
         raise SolverError(f"{name} contains NaN or Inf")
-    return np.ascontiguousarray(a.T)
+    if out is None:
+        return np.ascontiguousarray(a.T)
+    out[:] = a.T
+    return out
 
 
 def _params_key(params):
     """Hashable snapshot of the params' values (a step with unchanged params
     skips validation and rebuilding the kernel config)."""
-    return tuple(tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in vars(params).values())
+    values = tuple(vars(params).values())
+    try:
+        hash(values)
+        return values
+    except TypeError:  # a list or array among them (gravity)
+        return tuple(tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in values)
 
 
 def _config(params, h):
@@ -89,7 +99,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         if inputs.pin_weight is not None:
             pin_weight = inputs.pin_weight
         if inputs.pin_targets is not None:
-            targets = _per_vertex("pin_targets", inputs.pin_targets, n)
+            targets = _per_vertex("pin_targets", inputs.pin_targets, n, model.targets_scratch)
         if inputs.capsules is not None:
             caps = inputs.capsules.packed()
         if inputs.planes is not None:
@@ -105,14 +115,19 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             new = (old == 0) & (model.pin_weight > 0)
             state.pin_targets[:, new] = state.positions[:, new]
 
-    if cached is None or cached[0] != key or cached[1] != dt:
-        model._cfg_cache = (key, dt, _config(params, h))
-    cfg = model._cfg_cache[2]
-    # alpha~ exactly as the kernels compute it (float32), for the fast paths.
-    inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))
-    model.stretch.refresh_coefficients(float(cfg[K.C_A_STRETCH] * inv_h2))
-    model.shear.refresh_coefficients(float(cfg[K.C_A_SHEAR] * inv_h2))
-    model.bend.refresh_coefficients(float(cfg[K.C_A_BEND] * inv_h2))
+    if cached is None or cached[0] != key or cached[1] != dt or cached[2] != model.pin_version:
+        cfg = _config(params, h)
+        # alpha~ exactly as the kernels compute it (float32), for the fast paths.
+        inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))
+        model.stretch.refresh_coefficients(float(cfg[K.C_A_STRETCH] * inv_h2))
+        model.shear.refresh_coefficients(float(cfg[K.C_A_SHEAR] * inv_h2))
+        model.bend.refresh_coefficients(float(cfg[K.C_A_BEND] * inv_h2))
+        soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
+        tether = (model.tether_vertex, model.tether_anchor, model.tether_length, model.tether_w)
+        constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether)
+        # Everything that stays the same while params, dt and pins do.
+        model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints)
+    cfg, soft_alpha, (stretch, shear, bend, tether) = cached[3], cached[4], cached[5]
     cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
     cfg[K.C_USE_WIND] = 1.0 if wind is not None else 0.0
     dummy = model.prev[:, :1]
@@ -122,20 +137,21 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     planes = _EMPTY_PLANES if planes is None else planes
     pin_start = state.pin_targets
     pin_end = pin_start if targets is None else targets
-    soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
     pins = (model.kinematic, model.soft, soft_alpha, pin_start, pin_end)
-    cap0 = np.zeros((caps.shape[0], 14), dtype=np.float32)
-    cap1 = np.zeros((caps.shape[0], 14), dtype=np.float32)
-    plane1 = np.zeros((planes.shape[0], 9), dtype=np.float32)
-    tether = (model.tether_vertex, model.tether_anchor, model.tether_length, model.tether_w)
-    stretch, shear, bend = model.stretch.packed(), model.shear.packed(), model.bend.packed()
+    scratch = model._collider_scratch
+    if scratch[0].shape[0] != caps.shape[0] or scratch[2].shape[0] != planes.shape[0]:
+        scratch = model._collider_scratch = (np.zeros((caps.shape[0], 14), dtype=np.float32),
+                                             np.zeros((caps.shape[0], 14), dtype=np.float32),
+                                             np.zeros((planes.shape[0], 9), dtype=np.float32))
+    cap0, cap1, plane1 = scratch
     pos, vel, prev = state.positions, state.velocities, model.prev
     sc = model.self_collision
 
     if sc is None:
-        bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
-                           caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.contact,
-                           stretch, shear, bend, tether, model.soft_lam)
+        with _FAST:
+            bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
+                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.contact,
+                               stretch, shear, bend, tether, model.soft_lam)
     else:
         # Self collision: contacts found once against the whole step's
         # predicted motion, solved every iteration before the colliders.
@@ -147,8 +163,9 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                                  caps, planes, cap0, cap1, plane1, model.hit, model.entry, sub,
                                  stretch, shear, bend, model.soft_lam)
             for _ in range(int(params.iterations)):
-                K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, pins,
-                                  model.soft_lam, t1)
+                with _FAST:
+                    K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, pins,
+                                      model.soft_lam, t1)
                 sc.solve(pos, prev)
                 if has_contacts:
                     K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
