@@ -90,13 +90,21 @@ class Binding:
         along_normal = (off[1] == 0.0) & (off[2] == 0.0)
         kind = np.where(along_normal, np.where(off[0] == 0.0, 0, 1), 2)
         order = np.argsort(kind, kind="stable").astype(np.int32)
+        # Per-frame data as flat records with unsigned indices (numba adds a
+        # sign fix-up to signed ones; constant strides need no multiplies):
+        # the three coarse corners, barycentrics and offsets of each dense
+        # vertex, in skinning order.
+        tris = self.coarse_triangles
         self._scratch = {
-            "order": order,
-            "class_start": np.searchsorted(kind[order], np.arange(4)).astype(np.int64),
+            "order": order.astype(np.uint32),
+            "class_start": np.searchsorted(kind[order], np.arange(4)).astype(np.uint64),
             "triangle": np.ascontiguousarray(self.triangle[order]),
-            "bary": np.ascontiguousarray(self.bary[:, order]),
-            "offset": np.ascontiguousarray(self.offset[:, order]),
-            "corner": np.zeros((self.n_coarse, _CORNER), np.float32),
+            "corners": np.ascontiguousarray(tris[self.triangle[order]], dtype=np.uint32).reshape(-1),
+            "bary": np.ascontiguousarray(self.bary[:, order].T).reshape(-1),
+            "offset": np.ascontiguousarray(self.offset[:, order].T).reshape(-1),
+            "tris": np.ascontiguousarray(tris, dtype=np.uint32).reshape(-1),
+            "corner_angle": np.ascontiguousarray(self.corner_angle, dtype=np.float32).reshape(-1),
+            "corner": np.zeros(self.n_coarse * _CORNER, np.float32),
         }
 
     @property
@@ -667,6 +675,172 @@ def _skin_parallel(px, py, pz, tris, corner_angle, alpha, order,
 
 
 @njit(**_KERNEL)
+def _corner_data_flat(px, py, pz, tris, corner_angle, corner):
+    """_corner_data for skin: flat (3t,) uint32 triangles and angles, flat
+    (8c,) float32 corner records; the same arithmetic."""
+    nc = np.uint64(px.shape[0])
+    for i in range(nc):
+        r = 8 * i
+        corner[r] = px[i]
+        corner[r + 1] = py[i]
+        corner[r + 2] = pz[i]
+        corner[r + 3] = _ZERO
+        corner[r + 4] = _ZERO
+        corner[r + 5] = _ZERO
+    nt = np.uint64(tris.shape[0]) // np.uint64(3)
+    for t in range(nt):
+        a = tris[3 * t]
+        b = tris[3 * t + 1]
+        c = tris[3 * t + 2]
+        e1x = px[b] - px[a]
+        e1y = py[b] - py[a]
+        e1z = pz[b] - pz[a]
+        e2x = px[c] - px[a]
+        e2y = py[c] - py[a]
+        e2z = pz[c] - pz[a]
+        fx = e1y * e2z - e1z * e2y
+        fy = e1z * e2x - e1x * e2z
+        fz = e1x * e2y - e1y * e2x
+        inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
+        fx *= inv
+        fy *= inv
+        fz *= inv
+        ra = 8 * np.uint64(a)
+        rb = 8 * np.uint64(b)
+        rc = 8 * np.uint64(c)
+        w = corner_angle[3 * t]
+        corner[ra + 3] += w * fx
+        corner[ra + 4] += w * fy
+        corner[ra + 5] += w * fz
+        w = corner_angle[3 * t + 1]
+        corner[rb + 3] += w * fx
+        corner[rb + 4] += w * fy
+        corner[rb + 5] += w * fz
+        w = corner_angle[3 * t + 2]
+        corner[rc + 3] += w * fx
+        corner[rc + 4] += w * fy
+        corner[rc + 5] += w * fz
+    for i in range(nc):
+        r = 8 * i
+        sx = corner[r + 3]
+        sy = corner[r + 4]
+        sz = corner[r + 5]
+        inv = _ONE / np.sqrt(max(sx * sx + sy * sy + sz * sz, _TINY))
+        corner[r + 3] = sx * inv
+        corner[r + 4] = sy * inv
+        corner[r + 5] = sz * inv
+
+
+@njit(inline="always", fastmath=True, error_model="numpy")
+def _patch_flat(corner, a, b, c, w0, w1, w2, alpha):
+    """_patch on flat corner records, corners given directly (same arithmetic)."""
+    ra = 8 * np.uint64(a)
+    rb = 8 * np.uint64(b)
+    rc = 8 * np.uint64(c)
+    ax = corner[ra]
+    ay = corner[ra + 1]
+    az = corner[ra + 2]
+    anx = corner[ra + 3]
+    any_ = corner[ra + 4]
+    anz = corner[ra + 5]
+    bx = corner[rb]
+    by = corner[rb + 1]
+    bz = corner[rb + 2]
+    bnx = corner[rb + 3]
+    bny = corner[rb + 4]
+    bnz = corner[rb + 5]
+    cx = corner[rc]
+    cy = corner[rc + 1]
+    cz = corner[rc + 2]
+    cnx = corner[rc + 3]
+    cny = corner[rc + 4]
+    cnz = corner[rc + 5]
+    fx = w0 * ax + w1 * bx + w2 * cx
+    fy = w0 * ay + w1 * by + w2 * cy
+    fz = w0 * az + w1 * bz + w2 * cz
+    da = alpha * w0 * ((fx - ax) * anx + (fy - ay) * any_ + (fz - az) * anz)
+    db = alpha * w1 * ((fx - bx) * bnx + (fy - by) * bny + (fz - bz) * bnz)
+    dc = alpha * w2 * ((fx - cx) * cnx + (fy - cy) * cny + (fz - cz) * cnz)
+    sx = fx - (da * anx + db * bnx + dc * cnx)
+    sy = fy - (da * any_ + db * bny + dc * cny)
+    sz = fz - (da * anz + db * bnz + dc * cnz)
+
+    e1x = bx - ax
+    e1y = by - ay
+    e1z = bz - az
+    e2x = cx - ax
+    e2y = cy - ay
+    e2z = cz - az
+    Fx = e1y * e2z - e1z * e2y
+    Fy = e1z * e2x - e1x * e2z
+    Fz = e1x * e2y - e1y * e2x
+    inv = _ONE / np.sqrt(max(Fx * Fx + Fy * Fy + Fz * Fz, _TINY))
+    Fx *= inv
+    Fy *= inv
+    Fz *= inv
+    nx = w0 * anx + w1 * bnx + w2 * cnx + _FACE_EPS * Fx
+    ny = w0 * any_ + w1 * bny + w2 * cny + _FACE_EPS * Fy
+    nz = w0 * anz + w1 * bnz + w2 * cnz + _FACE_EPS * Fz
+    inv = _ONE / np.sqrt(max(nx * nx + ny * ny + nz * nz, _TINY))
+    nx *= inv
+    ny *= inv
+    nz *= inv
+    inv = _ONE / np.sqrt(max(e1x * e1x + e1y * e1y + e1z * e1z, _TINY))
+    return (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, e1x * inv, e1y * inv, e1z * inv)
+
+
+@njit(inline="always", fastmath=True, error_model="numpy")
+def _skin_one_flat(k, kind, corner, alpha, order, corners, bary, offset, out):
+    r = 3 * k
+    q = 3 * np.uint64(order[k])
+    (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, Tx, Ty, Tz) = _patch_flat(
+        corner, corners[r], corners[r + 1], corners[r + 2], bary[r], bary[r + 1], bary[r + 2], alpha)
+    if kind == 0:
+        out[q] = sx
+        out[q + 1] = sy
+        out[q + 2] = sz
+    elif kind == 1:
+        on = offset[r]
+        out[q] = sx + on * nx
+        out[q + 1] = sy + on * ny
+        out[q + 2] = sz + on * nz
+    else:
+        on = offset[r]
+        ot = offset[r + 1]
+        ob = offset[r + 2]
+        Bx = Fy * Tz - Fz * Ty
+        By = Fz * Tx - Fx * Tz
+        Bz = Fx * Ty - Fy * Tx
+        out[q] = sx + on * nx + ot * Tx + ob * Bx
+        out[q + 1] = sy + on * ny + ot * Ty + ob * By
+        out[q + 2] = sz + on * nz + ot * Tz + ob * Bz
+
+
+@njit(**_KERNEL)
+def _skin_flat_serial(px, py, pz, tris, corner_angle, alpha, order, class_start, corners, bary, offset,
+                      corner, out):
+    _corner_data_flat(px, py, pz, tris, corner_angle, corner)
+    for k in range(class_start[0], class_start[1]):
+        _skin_one_flat(k, 0, corner, alpha, order, corners, bary, offset, out)
+    for k in range(class_start[1], class_start[2]):
+        _skin_one_flat(k, 1, corner, alpha, order, corners, bary, offset, out)
+    for k in range(class_start[2], class_start[3]):
+        _skin_one_flat(k, 2, corner, alpha, order, corners, bary, offset, out)
+
+
+@njit(parallel=True, **_KERNEL)
+def _skin_flat_parallel(px, py, pz, tris, corner_angle, alpha, order, class_start, corners, bary, offset,
+                        corner, out):
+    _corner_data_flat(px, py, pz, tris, corner_angle, corner)
+    for k in prange(class_start[0], class_start[1]):
+        _skin_one_flat(k, 0, corner, alpha, order, corners, bary, offset, out)
+    for k in prange(class_start[1], class_start[2]):
+        _skin_one_flat(k, 1, corner, alpha, order, corners, bary, offset, out)
+    for k in prange(class_start[2], class_start[3]):
+        _skin_one_flat(k, 2, corner, alpha, order, corners, bary, offset, out)
+
+
+@njit(**_KERNEL)
 def _apply_pins(pinned, pin_weight, targets, out):
     for s in range(pinned.shape[0]):
         q = pinned[s]
@@ -717,12 +891,11 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
     elif out.shape != (m, 3) or out.dtype != np.float32:
         raise ValueError(f"out must be a ({m}, 3) float32 array, got {out.shape} {out.dtype}")
     s = binding._scratch
-    kernel = _skin_serial
+    kernel = _skin_flat_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
-        kernel = _skin_parallel
-    kernel(px, py, pz, binding.coarse_triangles, binding.corner_angle,
-           np.float32(binding.shape_factor), s["order"], s["class_start"],
-           s["triangle"], s["bary"], s["offset"], s["corner"], out)
+        kernel = _skin_flat_parallel
+    kernel(px, py, pz, s["tris"], s["corner_angle"], np.float32(binding.shape_factor), s["order"],
+           s["class_start"], s["corners"], s["bary"], s["offset"], s["corner"], out.reshape(-1))
     if binding.pin_weight is not None:
         if pin_targets is None:
             raise ValueError(
