@@ -412,11 +412,12 @@ class SelfCollision:
         self.solve_ms = 0.0
         return count
 
-    def cache_contacts(self, pos, radius=None, vel=None, dt=0.0, gravity=(0.0, 0.0, 0.0)):
+    def cache_contacts(self, pos, radius=None, vel=None, dt=0.0, gravity=(0.0, 0.0, 0.0), between_regions=False):
         """Detect once now, with contacts made within ``radius`` (default 4x
         the thickness), and reuse them every step without detection until
         ``clear_cache()``. Contacts only push when violated, so a generous
-        radius costs solve time, not wrong behaviour."""
+        radius costs solve time, not wrong behaviour. between_regions: keep
+        only contacts between different regions (layers of a garment)."""
         self._check(pos, "pos")
         if radius is None:
             radius = 4.0 * float(self.thickness.max())
@@ -425,6 +426,19 @@ class SelfCollision:
                 vel * np.float32(dt) + np.asarray(gravity, np.float32).reshape(3, 1) * np.float32(dt * dt))
         self.cached = False
         count = self._run_detect(pos, disp, margin)
+        if between_regions:
+            # Layered garments: keep only contacts across regions (the
+            # layers), so the solve stays cheap; a cloth's own folds would
+            # need live detection anyway.
+            v = self.contact_vertex
+            r0 = self.region[v[:, 0]]
+            other = np.where(self.contact_kind == KIND_EDGE_EDGE, v[:, 2], v[:, 1])
+            keep = np.flatnonzero(r0 != self.region[other])
+            for arr in (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                        self._out_target, self._out_friction):
+                arr[:len(keep)] = arr[keep]
+            count = len(keep)
+            self._set_contacts(count)
         self.cached = True
         return count
 
