@@ -19,12 +19,22 @@ COLLECTION = "Drape Colliders"
 _MIN_VERTICES = 6
 
 
+def _bone_selected(arm_obj, bone):
+    """Bone selection moved from Bone to PoseBone/EditBone in Blender 5.0;
+    Blender 4.2-4.5 keep it on Bone."""
+    pose_bone = arm_obj.pose.bones.get(bone.name) if arm_obj.pose else None
+    selected = getattr(pose_bone, "select", None)
+    if selected is None:
+        selected = getattr(bone, "select", False)
+    return bool(selected)
+
+
 def deform_bones(arm_obj, only_selected=False, min_length=0.0):
     names = []
     for bone in arm_obj.data.bones:
         if not bone.use_deform or bone.length < min_length:
             continue
-        if only_selected and not bone.select:
+        if only_selected and not _bone_selected(arm_obj, bone):
             continue
         names.append(bone.name)
     return names

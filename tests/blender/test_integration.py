@@ -218,6 +218,23 @@ def test_capsules_from_armature_follow_the_pose(empty_scene):
     assert rb == pytest.approx(2.0 * bone.tail_radius, rel=1e-5)
 
 
+def test_capsules_from_selected_bones_only(empty_scene):
+    # Bone selection lives on PoseBone in Blender 5.0 and on Bone before it.
+    addon_utils.enable("rigify", default_set=True)
+    bpy.ops.object.armature_human_metarig_add()
+    arm = bpy.context.active_object
+    wanted = {"forearm.L", "shin.R"}
+    for pb in arm.pose.bones:
+        selected = pb.name in wanted
+        if hasattr(pb, "select"):
+            pb.select = selected
+        else:
+            arm.data.bones[pb.name].select = selected
+    bpy.ops.drape.capsules_from_armature(only_selected=True)
+    made = {o.get("drape_bone") for o in empty_scene.objects if o.drape_collider.kind == 'CAPSULE'}
+    assert made == wanted
+
+
 def test_capsule_radii_from_a_skinned_body_mesh(empty_scene):
     bpy.ops.object.armature_add(location=(0, 0, 0))
     arm = bpy.context.active_object  # one bone from (0,0,0) to (0,0,1)
