@@ -894,8 +894,12 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
     kernel = _skin_flat_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
         kernel = _skin_flat_parallel
+    # The kernel writes flat records: a strided `out` is filled through a copy.
+    flat_out = out if out.flags.c_contiguous else np.empty((m, 3), np.float32)
     kernel(px, py, pz, s["tris"], s["corner_angle"], np.float32(binding.shape_factor), s["order"],
-           s["class_start"], s["corners"], s["bary"], s["offset"], s["corner"], out.reshape(-1))
+           s["class_start"], s["corners"], s["bary"], s["offset"], s["corner"], flat_out.reshape(-1))
+    if flat_out is not out:
+        out[:] = flat_out
     if binding.pin_weight is not None:
         if pin_targets is None:
             raise ValueError(
