@@ -1037,14 +1037,58 @@ def finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts):
                              cfg[C_MAXV], has_contacts, creep)
 
 
+@njit(inline="always", **JIT)
+def _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h, mu_s, mu_k, max_v, vmax2, creep):
+    """update_velocities for vertex i (same arithmetic): velocity, friction,
+    clamp; returns (v, position after friction, non-finite flag)."""
+    vx = (x - prev[0, i]) * inv_h
+    vy = (y - prev[1, i]) * inv_h
+    vz = (z - prev[2, i]) * inv_h
+    if has_contacts:
+        depth = contact[3, i]
+        if depth > F0:
+            contact[3, i] = F0
+            nx, ny, nz = contact[0, i], contact[1, i], contact[2, i]
+            cx, cy, cz = contact[4, i], contact[5, i], contact[6, i]
+            rx, ry, rz = vx - cx, vy - cy, vz - cz
+            vn = rx * nx + ry * ny + rz * nz
+            tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
+            tl = np.sqrt(tx * tx + ty * ty + tz * tz)
+            dvn = depth * inv_h
+            if tl <= mu_s * dvn:
+                if tl <= creep:
+                    x -= tx * h
+                    y -= ty * h
+                    z -= tz * h
+                    pos[0, i] = x
+                    pos[1, i] = y
+                    pos[2, i] = z
+                tx, ty, tz = F0, F0, F0
+            else:
+                f = F1 - mu_k * dvn / tl
+                if f < F0:
+                    f = F0
+                tx, ty, tz = tx * f, ty * f, tz * f
+            vx, vy, vz = cx + tx, cy + ty, cz + tz
+    v2 = vx * vx + vy * vy + vz * vz
+    if max_v > F0 and v2 > vmax2:
+        sc = max_v / np.sqrt(v2)
+        vx, vy, vz = vx * sc, vy * sc, vz * sc
+    b = 0
+    if not (np.isfinite(v2) and np.isfinite(x) and np.isfinite(y) and np.isfinite(z)):
+        b = 1
+    return vx, vy, vz, x, y, z, b
+
+
 @njit(**JIT)
 def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin, pin_start, pin_end,
-                     t1, cap0, cap1, hit, entry):
+                     t1, cap0, cap1, hit, entry, finish):
     """The per-vertex passes between two substeps in one sweep (no wind):
-    the velocities of the substep that ended, then predict and the swept
-    capsule contacts of the next. Per vertex the arithmetic is exactly that
-    of update_velocities, predict and generate_contacts in sequence (they
-    touch vertex i alone). Returns the number of non-finite entries."""
+    the velocities of the substep that ended (if finish; the first substep
+    of a step starts from the state's velocities), then predict and the
+    swept capsule contacts of the next. Per vertex the arithmetic is exactly
+    that of update_velocities, predict and generate_contacts in sequence
+    (they touch vertex i alone). Returns the number of non-finite entries."""
     h = cfg[C_H]
     inv_h = F1 / h
     g = np.sqrt(cfg[C_GX] * cfg[C_GX] + cfg[C_GY] * cfg[C_GY] + cfg[C_GZ] * cfg[C_GZ])
@@ -1065,41 +1109,12 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
     for i in range(n):
         # -- velocities of the substep that ended (update_velocities)
         x, y, z = pos[0, i], pos[1, i], pos[2, i]
-        vx = (x - prev[0, i]) * inv_h
-        vy = (y - prev[1, i]) * inv_h
-        vz = (z - prev[2, i]) * inv_h
-        if has_contacts:
-            depth = contact[3, i]
-            if depth > F0:
-                contact[3, i] = F0
-                nx, ny, nz = contact[0, i], contact[1, i], contact[2, i]
-                cx, cy, cz = contact[4, i], contact[5, i], contact[6, i]
-                rx, ry, rz = vx - cx, vy - cy, vz - cz
-                vn = rx * nx + ry * ny + rz * nz
-                tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
-                tl = np.sqrt(tx * tx + ty * ty + tz * tz)
-                dvn = depth * inv_h
-                if tl <= mu_s * dvn:
-                    if tl <= creep:
-                        x -= tx * h
-                        y -= ty * h
-                        z -= tz * h
-                        pos[0, i] = x
-                        pos[1, i] = y
-                        pos[2, i] = z
-                    tx, ty, tz = F0, F0, F0
-                else:
-                    f = F1 - mu_k * dvn / tl
-                    if f < F0:
-                        f = F0
-                    tx, ty, tz = tx * f, ty * f, tz * f
-                vx, vy, vz = cx + tx, cy + ty, cz + tz
-        v2 = vx * vx + vy * vy + vz * vz
-        if max_v > F0 and v2 > vmax2:
-            sc = max_v / np.sqrt(v2)
-            vx, vy, vz = vx * sc, vy * sc, vz * sc
-        if not (np.isfinite(v2) and np.isfinite(x) and np.isfinite(y) and np.isfinite(z)):
-            bad += 1
+        if not finish:
+            vx, vy, vz = vel[0, i], vel[1, i], vel[2, i]
+        else:
+            vx, vy, vz, x, y, z, b = _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h,
+                                                   mu_s, mu_k, max_v, vmax2, creep)
+            bad += b
         # -- predict the next substep (predict without wind)
         prev[0, i] = x
         prev[1, i] = y
@@ -1172,7 +1187,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
             if has_contacts:
                 interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
-                                    pin_start, pin_end, t1, cap0, cap1, hit, entry)
+                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, True)
             if bad > 0:
                 return bad
             if cfg[C_ITERATIONS] > F1:
@@ -1184,5 +1199,44 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
             iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1)
             if has_contacts:
                 project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact)
+    bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
+    return bad
+
+
+@njit(**JIT)
+def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, cap1, plane1, hit, entry,
+              contact, stretch, shear, bend, tether, soft_lam):
+    """step_fused for the default settings (no wind, one iteration, no
+    stretch/shear/bend damping): the same sequence and arithmetic with only
+    the fast kernels, so a first step compiles only what it runs (the
+    general kernels compile when a setting needs them)."""
+    substeps = np.uint64(cfg[C_SUBSTEPS])
+    has_contacts = caps.shape[0] + planes.shape[0] > 0
+    kin, soft, soft_alpha, pin_start, pin_end = pins
+    h = cfg[C_H]
+    ha = F1 / (h * h)
+    p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
+    bad = 0
+    for sub in range(substeps):
+        t0 = np.float32(sub) / np.float32(substeps)
+        t1 = np.float32(sub + 1) / np.float32(substeps)
+        if has_contacts:
+            interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
+        bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
+                                pin_start, pin_end, t1, cap0, cap1, hit, entry, sub > 0)
+        if bad > 0:
+            return bad
+        to_aos4(pos, p4)
+        solve_distance_fast4(p4, stretch[6], stretch[7])
+        solve_distance_fast4(p4, shear[6], shear[7])
+        solve_bending_fast4(p4, bend[6], bend[7])
+        from_aos4(p4, pos)
+        if cfg[C_USE_TETHERS] != F0:
+            tv, ta, tl, tw = tether
+            solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
+        if soft.shape[0] > 0:
+            solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
+        if has_contacts:
+            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad

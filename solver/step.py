@@ -147,7 +147,15 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     pos, vel, prev = state.positions, state.velocities, model.prev
     sc = model.self_collision
 
-    if sc is None:
+    # The default settings (no wind, one iteration, undamped stretch/shear/
+    # bend) run a kernel that holds only the fast paths: less to compile.
+    if sc is None and cfg[K.C_USE_WIND] == 0 and cfg[K.C_ITERATIONS] == 1 and cfg[K.C_D_STRETCH] == 0 \
+            and cfg[K.C_D_SHEAR] == 0 and cfg[K.C_D_BEND] == 0:
+        with _FAST:
+            bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
+                              plane1, model.hit, model.entry, model.contact, stretch, shear, bend, tether,
+                              model.soft_lam)
+    elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
                                caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.contact,
