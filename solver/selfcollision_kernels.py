@@ -253,6 +253,62 @@ def _grid_build(box, max_cells_factor):
     return counts, items, cmin, cmax, dims
 
 
+@njit(**_JIT)
+def _tri_spheres(pos, rel, triangles, sph):
+    """Per triangle: bounding sphere at step start (centroid, radius) and its
+    motion (mean relative displacement of the corners, largest deviation of a
+    corner from it). sph: (t, 8) out."""
+    for t in range(triangles.shape[0]):
+        i0 = triangles[t, 0]
+        i1 = triangles[t, 1]
+        i2 = triangles[t, 2]
+        cx = (pos[0, i0] + pos[0, i1] + pos[0, i2]) * (1.0 / 3.0)
+        cy = (pos[1, i0] + pos[1, i1] + pos[1, i2]) * (1.0 / 3.0)
+        cz = (pos[2, i0] + pos[2, i1] + pos[2, i2]) * (1.0 / 3.0)
+        mx = (rel[0, i0] + rel[0, i1] + rel[0, i2]) * (1.0 / 3.0)
+        my = (rel[1, i0] + rel[1, i1] + rel[1, i2]) * (1.0 / 3.0)
+        mz = (rel[2, i0] + rel[2, i1] + rel[2, i2]) * (1.0 / 3.0)
+        r2 = 0.0
+        m2 = 0.0
+        for k in range(3):
+            v = triangles[t, k]
+            dx = pos[0, v] - cx
+            dy = pos[1, v] - cy
+            dz = pos[2, v] - cz
+            r2 = max(r2, dx * dx + dy * dy + dz * dz)
+            dx = rel[0, v] - mx
+            dy = rel[1, v] - my
+            dz = rel[2, v] - mz
+            m2 = max(m2, dx * dx + dy * dy + dz * dz)
+        sph[t, 0] = cx
+        sph[t, 1] = cy
+        sph[t, 2] = cz
+        sph[t, 3] = np.sqrt(r2)
+        sph[t, 4] = mx
+        sph[t, 5] = my
+        sph[t, 6] = mz
+        sph[t, 7] = np.sqrt(m2)
+
+
+@njit(**_JIT)
+def _spheres_apart(sph, a, b, max_cons, max_reach):
+    """True when no feature of triangle a can come within max_reach of one of
+    b during the step: the gap between their bounding spheres exceeds the
+    reach plus their relative motion (scaled by the largest conservativeness).
+    A lower bound on every feature pair's distance and closing speed, so a
+    pair with a contact is never rejected (the exactly-once rule relies on
+    that); 1% + 1 um slack for rounding."""
+    dx = sph[a, 0] - sph[b, 0]
+    dy = sph[a, 1] - sph[b, 1]
+    dz = sph[a, 2] - sph[b, 2]
+    mx = sph[a, 4] - sph[b, 4]
+    my = sph[a, 5] - sph[b, 5]
+    mz = sph[a, 6] - sph[b, 6]
+    lo = np.sqrt(dx * dx + dy * dy + dz * dz) - sph[a, 3] - sph[b, 3]
+    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
+    return lo - max_cons * motion > max_reach * 1.01 + 1e-6
+
+
 # ---------------------------------------------------------------- narrow phase
 
 
@@ -380,7 +436,7 @@ def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
 @njit(**_JIT)
 def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
                  region_thick, region_fric, region_cons, region_layer, tri_region, margin,
-                 vtri_start, vtri, box, adj_start, adj,
+                 vtri_start, vtri, box, adj_start, adj, sph,
                  out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count):
     """Every feature pair of triangles A and B (which share no vertex), each
     emitted exactly once.
@@ -441,6 +497,16 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             px = pos[0, v]
             py = pos[1, v]
             pz = pos[2, v]
+            # Cheap reject: the vertex against T's bounding sphere and motion.
+            sx = px - sph[T, 0]
+            sy = py - sph[T, 1]
+            sz = pz - sph[T, 2]
+            mx = rel[0, v] - sph[T, 4]
+            my = rel[1, v] - sph[T, 5]
+            mz = rel[2, v] - sph[T, 6]
+            if (np.sqrt(sx * sx + sy * sy + sz * sz) - sph[T, 3]
+                    - cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7]) > reach * 1.01 + 1e-6):
+                continue
             u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
                                              pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
             qx = u * pos[0, a] + vv * pos[0, b] + ww * pos[0, c]
@@ -490,6 +556,31 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             eb = tri_edges[B, kb]
             c = edges[eb, 0]
             d = edges[eb, 1]
+            # Cheap reject: the edges' bounding spheres and motions.
+            sx = 0.5 * ((pos[0, a] + pos[0, b]) - (pos[0, c] + pos[0, d]))
+            sy = 0.5 * ((pos[1, a] + pos[1, b]) - (pos[1, c] + pos[1, d]))
+            sz = 0.5 * ((pos[2, a] + pos[2, b]) - (pos[2, c] + pos[2, d]))
+            h1x = pos[0, b] - pos[0, a]
+            h1y = pos[1, b] - pos[1, a]
+            h1z = pos[2, b] - pos[2, a]
+            h2x = pos[0, d] - pos[0, c]
+            h2y = pos[1, d] - pos[1, c]
+            h2z = pos[2, d] - pos[2, c]
+            mx = 0.5 * ((rel[0, a] + rel[0, b]) - (rel[0, c] + rel[0, d]))
+            my = 0.5 * ((rel[1, a] + rel[1, b]) - (rel[1, c] + rel[1, d]))
+            mz = 0.5 * ((rel[2, a] + rel[2, b]) - (rel[2, c] + rel[2, d]))
+            g1x = rel[0, b] - rel[0, a]
+            g1y = rel[1, b] - rel[1, a]
+            g1z = rel[2, b] - rel[2, a]
+            g2x = rel[0, d] - rel[0, c]
+            g2y = rel[1, d] - rel[1, c]
+            g2z = rel[2, d] - rel[2, c]
+            lo = (np.sqrt(sx * sx + sy * sy + sz * sz) - 0.5 * (np.sqrt(h1x * h1x + h1y * h1y + h1z * h1z)
+                                                               + np.sqrt(h2x * h2x + h2y * h2y + h2z * h2z)))
+            mot = np.sqrt(mx * mx + my * my + mz * mz) + 0.5 * (np.sqrt(g1x * g1x + g1y * g1y + g1z * g1z)
+                                                              + np.sqrt(g2x * g2x + g2y * g2y + g2z * g2z))
+            if lo - cons * mot > reach * 1.01 + 1e-6:
+                continue
             s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
                                      pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
             dx = (pos[0, a] + s * (pos[0, b] - pos[0, a])) - (pos[0, c] + t * (pos[0, d] - pos[0, c]))
@@ -558,6 +649,8 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     box = np.empty((nt, 6), np.float32)
     rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
     counts, items, cmin, cmax, dims = _grid_build(box, 4)
     lo0 = np.inf
     lo1 = np.inf
@@ -603,7 +696,7 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
                         narrow += 1
                         count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
                                              edge_tris, region_thick, region_fric, region_cons, region_layer,
-                                             tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                             tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
                                              out_vertex, out_kind, out_normal, out_frame,
                                              out_target, out_friction, count)
     stats[0] = overlaps
@@ -650,6 +743,8 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     box = np.empty((nt, 6), np.float32)
     rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
     bvh_refit(order, box, node_box, nt)
     size = node_box.shape[0]
     first_leaf = size - nt
@@ -690,7 +785,7 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
                 narrow += 1
                 count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
                                      edge_tris, region_thick, region_fric, region_cons, region_layer,
-                                     tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                     tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
                                              out_vertex, out_kind, out_normal, out_frame,
                                      out_target, out_friction, count)
             else:
@@ -1216,6 +1311,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 1] = rmy
         pmot[p, 2] = rmz
         pmot[p, 3] = np.sqrt(dev)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
     order = np.argsort(pbox[:, 0])
     mark = np.zeros(n, np.int64)
     stamped = -1
@@ -1280,10 +1377,12 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
                             or mark[triangles[b, 2]] == a + 1):
                         continue
+                    if _spheres_apart(sph, a, b, max_cons, max_reach):
+                        continue
                     narrow += 1
                     count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
                                          edge_tris, region_thick, region_fric, region_cons, region_layer,
-                                         tri_region, margin, vtri_start, vtri, box, adj_start, adj,
+                                         tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
                                              out_vertex, out_kind, out_normal, out_frame,
                                          out_target, out_friction, count)
     stats[0] = overlaps
