@@ -417,7 +417,8 @@ class SelfCollision:
         the thickness), and reuse them every step without detection until
         ``clear_cache()``. Contacts only push when violated, so a generous
         radius costs solve time, not wrong behaviour. between_regions: keep
-        only contacts between different regions (layers of a garment)."""
+        only contacts between different regions (layers of a garment), and
+        between two layered regions only the vertex-triangle ones."""
         self._check(pos, "pos")
         if radius is None:
             radius = 4.0 * float(self.thickness.max())
@@ -431,9 +432,23 @@ class SelfCollision:
             # layers), so the solve stays cheap; a cloth's own folds would
             # need live detection anyway.
             v = self.contact_vertex
+            kind = self.contact_kind
             r0 = self.region[v[:, 0]]
-            other = np.where(self.contact_kind == KIND_EDGE_EDGE, v[:, 2], v[:, 1])
-            keep = np.flatnonzero(r0 != self.region[other])
+            r1 = self.region[np.where(kind == KIND_EDGE_EDGE, v[:, 2], v[:, 1])]
+            across = r0 != r1
+            # Between two layers most cached contacts are edge-edge pairs of
+            # parallel edges (three times the vertex-triangle ones), and the
+            # solve pays for each every iteration: drop them. The
+            # vertex-triangle contacts hold parallel layers apart, and the
+            # layer order fixes their side. On the swung layered bench scene
+            # this kept 0 intersecting triangle pairs over the first 40
+            # frames (the full set: 20 at frame 20); keeping only the nearest
+            # triangle per vertex (5x fewer again) let up to 80 through.
+            lay0 = self.layers[r0]
+            lay1 = self.layers[r1]
+            layered = across & (lay0 >= 0) & (lay1 >= 0) & (lay0 != lay1)
+            keep_mask = across & ~(layered & (kind == KIND_EDGE_EDGE))
+            keep = np.flatnonzero(keep_mask)
             for arr in (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
                         self._out_target, self._out_friction):
                 arr[:len(keep)] = arr[keep]

@@ -830,8 +830,26 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             c0 = 1.0
             c1 = -1.0
         elif kind == KIND_VERTEX_TRIANGLE:
-            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(pos, i1, i2, i3)
             s = contact_normal[k, 0]
+            # Early out: the gap along the normal is the height over the
+            # triangle's plane; most frozen contacts are not violated, and
+            # this needs no square root.
+            e1x = pos[0, i2] - pos[0, i1]
+            e1y = pos[1, i2] - pos[1, i1]
+            e1z = pos[2, i2] - pos[2, i1]
+            e2x = pos[0, i3] - pos[0, i1]
+            e2y = pos[1, i3] - pos[1, i1]
+            e2z = pos[2, i3] - pos[2, i1]
+            mx_ = e1y * e2z - e1z * e2y
+            my_ = e1z * e2x - e1x * e2z
+            mz_ = e1x * e2y - e1y * e2x
+            hh = s * ((pos[0, i0] - pos[0, i1]) * mx_ + (pos[1, i0] - pos[1, i1]) * my_
+                      + (pos[2, i0] - pos[2, i1]) * mz_)
+            tg = contact_target[k]
+            if hh > 0.0 and hh * hh >= tg * tg * (mx_ * mx_ + my_ * my_ + mz_ * mz_):
+                slot_active[k] = 0
+                continue
+            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(pos, i1, i2, i3)
             px = pos[0, i0]
             py = pos[1, i0]
             pz = pos[2, i0]
@@ -1388,3 +1406,4 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     stats[0] = overlaps
     stats[1] = narrow
     return count
+
