@@ -216,6 +216,7 @@ class SelfCollision:
         if self.inv_mass.shape != (n,):
             raise _Error(f"self collision: inv_mass must have shape ({n},), got {self.inv_mass.shape}")
         self._build_topology()
+        self._acc = np.zeros((n, 4), dtype=np.float64)   # the serial solve's per-vertex sums
         self._capacity = max(64, 2 * len(tri))
         self._alloc(self._capacity)
         self._set_contacts(0)
@@ -465,10 +466,13 @@ class SelfCollision:
         if self.count == 0:
             return
         t0 = time.perf_counter()
-        fn = _k.solve_parallel if self.parallel else _k.solve_serial
-        fn(pos, prev_pos, self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
-           self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-           self._slot_delta, self._slot_active, self._vertex_list, self._vertex_slot_start, self._vertex_slot)
+        args = (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
+                self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
+                self._slot_delta, self._slot_active, self._vertex_list)
+        if self.parallel:
+            _k.solve_parallel(pos, prev_pos, *args, self._vertex_slot_start, self._vertex_slot)
+        else:
+            _k.solve_serial(pos, prev_pos, *args, self._acc)
         self.solve_ms += (time.perf_counter() - t0) * 1e3
 
     def contact_keys(self):

@@ -806,6 +806,13 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
 def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                 triangles, contact_target, contact_friction, slot_delta, slot_active,
                 vertex_list, vertex_slot_start, vertex_slot):
+    _pass1_parallel(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
+                    triangles, contact_target, contact_friction, slot_delta, slot_active)
+    _gather(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot)
+
+
+def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
+                triangles, contact_target, contact_friction, slot_delta, slot_active):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
     # as it is now (nobody writes pos during this pass).
     nc = contact_kind.shape[0]
@@ -954,6 +961,13 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         slot_delta[k, 3, 0] = w3 * c3 * gx
         slot_delta[k, 3, 1] = w3 * c3 * gy
         slot_delta[k, 3, 2] = w3 * c3 * gz
+
+
+_pass1_serial = njit(**_JIT)(_pass1_impl)
+_pass1_parallel = njit(parallel=True, **_JIT)(_pass1_impl)
+
+
+def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot):
     # Pass 2: every vertex averages its active contacts' corrections, in the
     # fixed order of its slot list.
     for q in prange(vertex_list.shape[0]):
@@ -979,8 +993,47 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             pos[2, i] += sz * inv
 
 
-solve_serial = njit(**_JIT)(_solve_impl)
+@njit(**_JIT)
+def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list):
+    """Pass 2, serial: the same sums as _gather (each vertex adds its active
+    contacts' float32 corrections in contact order, in float64), but reading
+    only the contacts, in order, instead of every vertex's slot list."""
+    for k in range(contact_kind.shape[0]):
+        if slot_active[k] == 0:
+            continue
+        m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
+        for sl in range(m):
+            i = contact_vertex[k, sl]
+            acc[i, 0] += slot_delta[k, sl, 0]
+            acc[i, 1] += slot_delta[k, sl, 1]
+            acc[i, 2] += slot_delta[k, sl, 2]
+            acc[i, 3] += 1.0
+    for q in range(vertex_list.shape[0]):
+        i = vertex_list[q]
+        if acc[i, 3] > 0.0:
+            inv = 1.0 / acc[i, 3]
+            pos[0, i] += acc[i, 0] * inv
+            pos[1, i] += acc[i, 1] * inv
+            pos[2, i] += acc[i, 2] * inv
+            acc[i, 0] = 0.0
+            acc[i, 1] = 0.0
+            acc[i, 2] = 0.0
+            acc[i, 3] = 0.0
+
+
+_gather = njit(parallel=True, **_JIT)(_gather_impl)
 solve_parallel = njit(parallel=True, **_JIT)(_solve_impl)
+
+
+def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
+                       triangles, contact_target, contact_friction, slot_delta, slot_active,
+                       vertex_list, acc):
+    _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
+                  triangles, contact_target, contact_friction, slot_delta, slot_active)
+    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list)
+
+
+solve_serial = njit(**_JIT)(_solve_serial_impl)
 
 
 @njit(**_JIT)

@@ -145,6 +145,12 @@ def test_jacobi_solve_identical_for_1_and_2_threads():
         numba.set_num_threads(old)
     assert not np.array_equal(out[0], x), "the solve did nothing"
     assert np.array_equal(out[0], out[1])
+    # The serial solve (scatter in contact order) sums the same way.
+    sc.parallel = False
+    y = x.copy()
+    for _ in range(5):
+        sc.solve(y, prev)
+    assert np.array_equal(out[0], y)
 
 
 def test_layer_order_puts_outer_layer_outside():
