@@ -1460,3 +1460,25 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     stats[1] = narrow
     return count
 
+
+
+@njit(**_JIT)
+def vt_distances(pos, contact_vertex, contact_kind):
+    """Distance from the vertex to the triangle of every vertex-triangle
+    contact at positions pos (3, n); inf for other kinds."""
+    nc = contact_kind.shape[0]
+    out = np.full(nc, np.inf, np.float64)
+    for k in range(nc):
+        if contact_kind[k] != KIND_VERTEX_TRIANGLE:
+            continue
+        v = contact_vertex[k, 0]
+        a = contact_vertex[k, 1]
+        b = contact_vertex[k, 2]
+        c = contact_vertex[k, 3]
+        u, vv, w = _closest_on_triangle(pos[0, v], pos[1, v], pos[2, v], pos[0, a], pos[1, a], pos[2, a],
+                                        pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
+        dx = pos[0, v] - (u * pos[0, a] + vv * pos[0, b] + w * pos[0, c])
+        dy = pos[1, v] - (u * pos[1, a] + vv * pos[1, b] + w * pos[1, c])
+        dz = pos[2, v] - (u * pos[2, a] + vv * pos[2, b] + w * pos[2, c])
+        out[k] = np.sqrt(dx * dx + dy * dy + dz * dz)
+    return out

@@ -242,3 +242,43 @@ def test_merge_meshes_offsets_and_regions():
     assert m.face_sizes.sum() == len(m.face_indices)
     with pytest.raises(SolverError, match="mesh 1"):
         merge_meshes([(a, fa, sa), (b, tb + 100)])
+
+
+def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_order():
+    # Two layered sheets, the outer 4 mm above the inner: the cache keeps
+    # only vertex-triangle contacts across the layers, at most three per
+    # vertex, always including a triangle right under/over it (its xy
+    # footprint covers the vertex), and the solve still holds
+    # the outer layer a thickness above the inner one.
+    m, rest, x, na = two_sheets(0.004, rest_gap=0.05)
+    x[0, na:] += 0.012   # shifted by part of a cell (50 mm), so each vertex
+    x[1, na:] += 0.004   # lies over the inside of one triangle of the other
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01,
+                                 friction=0.0, layers=[0, 1])
+    sc.cache_contacts(x, radius=0.02, between_regions=True)
+    v = sc.contact_vertex
+    assert sc.count > 0 and np.all(sc.contact_kind == KIND_VERTEX_TRIANGLE)
+    assert np.all(m.region[v[:, 0]] != m.region[v[:, 1]])
+    per_vertex = np.bincount(v[:, 0], minlength=len(m.region))
+    assert per_vertex.max() <= 3 and np.all(per_vertex >= 1)
+    p = x.T.astype(np.float64)
+
+    def covers(t, q):
+        # the triangle's xy footprint contains q's xy (2D barycentrics, small tolerance)
+        a, b, c = p[t[0], :2], p[t[1], :2], p[t[2], :2]
+        m2 = np.array([b - a, c - a]).T
+        u, w = np.linalg.solve(m2, q[:2] - a)
+        return u >= -1e-6 and w >= -1e-6 and u + w <= 1 + 1e-6
+
+    tri = triangulate(m.face_indices, m.face_sizes)
+    checked = 0
+    for vert in range(len(m.region)):
+        other = tri[m.region[tri[:, 0]] != m.region[vert]]
+        if any(covers(t, p[vert]) for t in other):   # not beyond the other sheet's border
+            checked += 1
+            assert any(covers(t, p[vert]) for t in v[v[:, 0] == vert, 1:]), f"vertex {vert} lost its triangle"
+    assert checked > 50
+    for _ in range(40):
+        sc.solve(x, x.copy())
+    gap = x[2, na:] - x[2, :na]
+    assert gap.min() > 0.0099 and gap.max() < 0.0101
