@@ -433,7 +433,7 @@ def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
     return True
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
                  region_thick, region_fric, region_cons, region_layer, tri_region, margin,
                  vtri_start, vtri, box, adj_start, adj, sph,
@@ -1385,6 +1385,10 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     sph = np.empty((nt, 8), np.float64)
     _tri_spheres(pos, rel, triangles, sph)
     order = np.argsort(pbox[:, 0])
+    maxp = 0
+    for p in range(npatch):
+        maxp = max(maxp, pstart[p + 1] - pstart[p])
+    qlist = np.empty(maxp, np.int64)
     mark = np.zeros(n, np.int64)
     stamped = -1
     count = 0
@@ -1425,10 +1429,25 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
                         if min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
                             continue
+            # Only q's triangles inside p's box can meet p's (and the other way).
+            nq = 0
+            for jb in range(pstart[q], pstart[q + 1]):
+                b = ptris[jb]
+                if p == q or not (box[b, 0] > pbox[p, 3] or pbox[p, 0] > box[b, 3] or box[b, 1] > pbox[p, 4]
+                                  or pbox[p, 1] > box[b, 4] or box[b, 2] > pbox[p, 5] or pbox[p, 2] > box[b, 5]):
+                    qlist[nq] = jb
+                    nq += 1
+            if nq == 0:
+                continue
             for ja in range(pstart[p], pstart[p + 1]):
                 a = ptris[ja]
-                jb0 = ja + 1 if p == q else pstart[q]
-                for jb in range(jb0, pstart[q + 1]):
+                if p != q and (box[a, 0] > pbox[q, 3] or pbox[q, 0] > box[a, 3] or box[a, 1] > pbox[q, 4]
+                               or pbox[q, 1] > box[a, 4] or box[a, 2] > pbox[q, 5] or pbox[q, 2] > box[a, 5]):
+                    continue
+                for iq in range(nq):
+                    jb = qlist[iq]
+                    if p == q and jb <= ja:
+                        continue
                     b = ptris[jb]
                     if (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
                             or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5]):
