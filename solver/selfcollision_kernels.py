@@ -309,6 +309,101 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     return lo - max_cons * motion > max_reach * 1.01 + 1e-6
 
 
+@njit(**_JIT)
+def _tri_planes(pos, triangles, pl):
+    """Per triangle at step start: its plane and the three planes through its
+    edges perpendicular to it, outward (unit normal, offset): pl (t, 16)."""
+    for t in range(triangles.shape[0]):
+        i0 = triangles[t, 0]
+        i1 = triangles[t, 1]
+        i2 = triangles[t, 2]
+        ux = pos[0, i1] - pos[0, i0]
+        uy = pos[1, i1] - pos[1, i0]
+        uz = pos[2, i1] - pos[2, i0]
+        wx = pos[0, i2] - pos[0, i0]
+        wy = pos[1, i2] - pos[1, i0]
+        wz = pos[2, i2] - pos[2, i0]
+        nx = uy * wz - uz * wy
+        ny = uz * wx - ux * wz
+        nz = ux * wy - uy * wx
+        ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+        if ln < 1e-30:
+            for j in range(16):
+                pl[t, j] = 0.0   # degenerate: every plane test passes (no reject)
+            continue
+        nx /= ln
+        ny /= ln
+        nz /= ln
+        pl[t, 0] = nx
+        pl[t, 1] = ny
+        pl[t, 2] = nz
+        pl[t, 3] = nx * pos[0, i0] + ny * pos[1, i0] + nz * pos[2, i0]
+        for k in range(3):
+            a = triangles[t, k]
+            b = triangles[t, (k + 1) % 3]
+            ex = pos[0, b] - pos[0, a]
+            ey = pos[1, b] - pos[1, a]
+            ez = pos[2, b] - pos[2, a]
+            # e x n points out of the triangle for counter-clockwise corners about n
+            mx = ey * nz - ez * ny
+            my = ez * nx - ex * nz
+            mz = ex * ny - ey * nx
+            lm = np.sqrt(mx * mx + my * my + mz * mz)
+            if lm < 1e-30:
+                mx = my = mz = 0.0
+                lm = 1.0
+            mx /= lm
+            my /= lm
+            mz /= lm
+            pl[t, 4 + 4 * k] = mx
+            pl[t, 5 + 4 * k] = my
+            pl[t, 6 + 4 * k] = mz
+            pl[t, 7 + 4 * k] = mx * pos[0, a] + my * pos[1, a] + mz * pos[2, a]
+
+
+@njit(**_JIT)
+def _separated(pos, triangles, pl, A, B, lim):
+    """True when a plane of A (its own or one through an edge) has all of B
+    farther than lim on its outer side (its own plane: on either side): then
+    no point of B is within lim of A. Degenerate triangles never separate."""
+    b0 = triangles[B, 0]
+    b1 = triangles[B, 1]
+    b2 = triangles[B, 2]
+    nx = pl[A, 0]
+    ny = pl[A, 1]
+    nz = pl[A, 2]
+    d = pl[A, 3]
+    h0 = nx * pos[0, b0] + ny * pos[1, b0] + nz * pos[2, b0] - d
+    h1 = nx * pos[0, b1] + ny * pos[1, b1] + nz * pos[2, b1] - d
+    h2 = nx * pos[0, b2] + ny * pos[1, b2] + nz * pos[2, b2] - d
+    if (nx != 0.0 or ny != 0.0 or nz != 0.0) and (min(h0, h1, h2) > lim or max(h0, h1, h2) < -lim):
+        return True
+    for k in range(3):
+        mx = pl[A, 4 + 4 * k]
+        my = pl[A, 5 + 4 * k]
+        mz = pl[A, 6 + 4 * k]
+        if mx == 0.0 and my == 0.0 and mz == 0.0:
+            continue
+        d = pl[A, 7 + 4 * k]
+        if (mx * pos[0, b0] + my * pos[1, b0] + mz * pos[2, b0] - d > lim
+                and mx * pos[0, b1] + my * pos[1, b1] + mz * pos[2, b1] - d > lim
+                and mx * pos[0, b2] + my * pos[1, b2] + mz * pos[2, b2] - d > lim):
+            return True
+    return False
+
+
+@njit(**_JIT)
+def _pair_reach(sph, a, b, max_cons, max_reach):
+    """Distance at step start beyond which triangles a and b can make no
+    contact this step (the reach plus their relative motion bound, scaled by
+    the largest conservativeness), with 1% + 1 um slack for rounding."""
+    mx = sph[a, 4] - sph[b, 4]
+    my = sph[a, 5] - sph[b, 5]
+    mz = sph[a, 6] - sph[b, 6]
+    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
+    return (max_reach + max_cons * motion) * 1.01 + 1e-6
+
+
 # ---------------------------------------------------------------- narrow phase
 
 
@@ -1384,6 +1479,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 3] = np.sqrt(dev)
     sph = np.empty((nt, 8), np.float64)
     _tri_spheres(pos, rel, triangles, sph)
+    pl = np.empty((nt, 16), np.float64)
+    _tri_planes(pos, triangles, pl)
     order = np.argsort(pbox[:, 0])
     maxp = 0
     for p in range(npatch):
@@ -1468,6 +1565,9 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                             or mark[triangles[b, 2]] == a + 1):
                         continue
                     if _spheres_apart(sph, a, b, max_cons, max_reach):
+                        continue
+                    lim = _pair_reach(sph, a, b, max_cons, max_reach)
+                    if _separated(pos, triangles, pl, a, b, lim) or _separated(pos, triangles, pl, b, a, lim):
                         continue
                     narrow += 1
                     count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
