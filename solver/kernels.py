@@ -812,45 +812,9 @@ def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, h
     vmax2 = max_v * max_v
     bad = 0
     for i in range(n):
-        vx = (pos[0, i] - prev[0, i]) * inv_h
-        vy = (pos[1, i] - prev[1, i]) * inv_h
-        vz = (pos[2, i] - prev[2, i]) * inv_h
-        if has_contacts:
-            depth = contact[3, i]
-            if depth > F0:
-                contact[3, i] = F0
-                nx, ny, nz = contact[0, i], contact[1, i], contact[2, i]
-                cx, cy, cz = contact[4, i], contact[5, i], contact[6, i]
-                rx, ry, rz = vx - cx, vy - cy, vz - cz
-                vn = rx * nx + ry * ny + rz * nz
-                tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
-                tl = np.sqrt(tx * tx + ty * ty + tz * tz)
-                dvn = depth * inv_h
-                if tl <= mu_s * dvn:
-                    # Static. A resting vertex (slip no faster than gravity
-                    # adds in a substep) also has this substep's slip undone,
-                    # else it creeps h^2 g sin(theta) per substep down a
-                    # slope. Faster slips (cloth shoved by a fast collider)
-                    # stay velocity-only: moving those positions after the
-                    # constraints tears the cloth around the collider.
-                    if tl <= creep:
-                        pos[0, i] -= tx * h
-                        pos[1, i] -= ty * h
-                        pos[2, i] -= tz * h
-                    tx, ty, tz = F0, F0, F0
-                else:
-                    f = F1 - mu_k * dvn / tl
-                    if f < F0:
-                        f = F0
-                    tx, ty, tz = tx * f, ty * f, tz * f
-                vx, vy, vz = cx + tx, cy + ty, cz + tz
-        v2 = vx * vx + vy * vy + vz * vz
-        if max_v > F0 and v2 > vmax2:
-            sc = max_v / np.sqrt(v2)
-            vx, vy, vz = vx * sc, vy * sc, vz * sc
-        if not (np.isfinite(v2) and np.isfinite(pos[0, i]) and np.isfinite(pos[1, i])
-                and np.isfinite(pos[2, i])):
-            bad += 1
+        vx, vy, vz, _, _, _, b = _finish_vertex(i, pos[0, i], pos[1, i], pos[2, i], pos, prev, contact,
+                                                has_contacts, inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
+        bad += b
         vel[0, i] = vx
         vel[1, i] = vy
         vel[2, i] = vz
@@ -1056,6 +1020,12 @@ def _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h, mu_s,
             tl = np.sqrt(tx * tx + ty * ty + tz * tz)
             dvn = depth * inv_h
             if tl <= mu_s * dvn:
+                # Static. A resting vertex (slip no faster than gravity adds
+                # in a substep) also has this substep's slip undone, else it
+                # creeps h^2 g sin(theta) per substep down a slope. Faster
+                # slips (cloth shoved by a fast collider) stay velocity-only:
+                # moving those positions after the constraints tears the
+                # cloth around the collider.
                 if tl <= creep:
                     x -= tx * h
                     y -= ty * h
