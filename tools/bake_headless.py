@@ -25,26 +25,11 @@ changed), 2 for a usage error. One object (or shot) per farm job keeps jobs
 independent; the cache file names come from the object names.
 """
 
-import argparse
 import importlib.util
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _parse(argv):
-    p = argparse.ArgumentParser(prog="bake_headless.py", description="Bake Drape cloth and save the .blend")
-    p.add_argument("blend", nargs="?", help="the .blend (bpy module only; Blender takes it before --python)")
-    p.add_argument("--object", action="append", default=[], help="object to bake (repeatable)")
-    p.add_argument("--target", type=str.upper, choices=("SHAPE_KEYS", "PC2", "ALEMBIC"))
-    p.add_argument("--start", type=int)
-    p.add_argument("--end", type=int)
-    p.add_argument("--folder")
-    p.add_argument("--scene")
-    p.add_argument("--output")
-    p.add_argument("--frame-source")
-    return p.parse_args(argv)
 
 
 def _ensure_addon():
@@ -69,66 +54,11 @@ def _ensure_addon():
     return drape
 
 
-def _load_source(spec):
-    path, _, func = spec.rpartition(":")
-    module_spec = importlib.util.spec_from_file_location("drape_frame_source", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, func)
-
-
 def main(argv):
-    import bpy
+    import importlib
 
-    args = _parse(argv)
-    if args.blend is None and not bpy.data.filepath:
-        print("bake_headless: give the .blend to bake", file=sys.stderr)
-        return 2
     drape = _ensure_addon()
-    from importlib import import_module
-
-    job_mod = import_module(f"{drape.__name__}.bake.job")
-    if args.blend is not None and os.path.abspath(args.blend) != bpy.data.filepath:
-        if not os.path.isfile(args.blend):
-            print(f"bake_headless: no such file: {args.blend}", file=sys.stderr)
-            return 2
-        bpy.ops.wm.open_mainfile(filepath=os.path.abspath(args.blend))
-    scene = bpy.data.scenes.get(args.scene) if args.scene else bpy.context.scene
-    if scene is None:
-        print(f"bake_headless: no scene named '{args.scene}' in {bpy.data.filepath}", file=sys.stderr)
-        return 2
-    if args.frame_source:
-        job_mod.set_frame_source(_load_source(args.frame_source))
-    if args.object:
-        missing = [n for n in args.object if bpy.data.objects.get(n) is None]
-        if missing:
-            print(f"bake_headless: no object named {', '.join(repr(n) for n in missing)} in "
-                  f"{bpy.data.filepath}", file=sys.stderr)
-            return 2
-        objects = [bpy.data.objects[n] for n in args.object]
-        not_cloth = [o.name for o in objects if not (job_mod.is_cloth(o) or args.frame_source)]
-        if not_cloth:
-            print(f"bake_headless: {', '.join(repr(n) for n in not_cloth)} is not a Drape cloth", file=sys.stderr)
-            return 2
-    else:
-        objects = [o for o in scene.objects if job_mod.is_cloth(o)]
-    default_start, default_end = job_mod.frame_range(scene, objects[0] if objects else None)
-    start = args.start if args.start is not None else default_start
-    end = args.end if args.end is not None else default_end
-    print(f"bake_headless: {bpy.data.filepath}: baking {', '.join(o.name for o in objects) or 'nothing'} "
-          f"frames {start}..{end}", flush=True)
-    try:
-        job_mod.run_blocking(scene, objects, start, end, target=args.target, folder=args.folder,
-                             log=lambda line: print(line, flush=True))
-    except job_mod.BakeError as exc:
-        print(f"bake_headless: bake failed, nothing saved: {exc}", file=sys.stderr, flush=True)
-        return 1
-    if args.output:
-        bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(args.output))
-    else:
-        bpy.ops.wm.save_mainfile()
-    print(f"bake_headless: saved {bpy.data.filepath}", flush=True)
-    return 0
+    return importlib.import_module(f"{drape.__name__}.bake.headless").main(argv)
 
 
 if __name__ == "__main__":

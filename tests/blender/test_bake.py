@@ -692,6 +692,37 @@ def test_headless_bakes_a_real_drape_cloth(empty_scene, tmp_path, source_guard):
             np.testing.assert_allclose(baked[("Cape", f)], evaluated_co(cape), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
+def test_packaged_headless_entry_bakes_like_a_farm_node(empty_scene, tmp_path):
+    # What `blender -b shot.blend --python-expr "...drape.bake.headless...; sys.exit(h.main())"
+    # -- --object Cape` does on a node with the extension installed: the file is open,
+    # Drape is enabled, the entry inside the package reads the arguments after "--".
+    scene = empty_scene
+    scene.frame_start, scene.frame_end = 1, 6
+    cape = _cape("Cape", (0.0, 0.0, 1.0))
+    bpy.ops.object.select_all(action='DESELECT')
+    cape.select_set(True)
+    assert bpy.ops.drape.cloth_add(pin_group="pin") == {'FINISHED'}
+    path = tmp_path / "node_shot.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    expr = ("import sys, bpy, drape; drape.register(); "
+            f"bpy.ops.wm.open_mainfile(filepath={str(path)!r}); "
+            "import drape.bake.headless as h; sys.exit(h.main())")
+    proc = subprocess.run([sys.executable, "-c", expr, "--", "--object", "Cape", "--target", "PC2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    head = pc2.read_header(str(tmp_path / "drape_cache" / "Cape.pc2"))
+    assert (head["num_samples"], head["num_points"]) == (6, len(cape.data.vertices))
+    # Without Drape enabled the entry refuses with a usage error and saves nothing.
+    before = path.read_bytes()
+    expr = (f"import sys, bpy; bpy.ops.wm.open_mainfile(filepath={str(path)!r}); "
+            "import drape.bake.headless as h; sys.exit(h.main())")
+    proc = subprocess.run([sys.executable, "-c", expr, "--", "--object", "Cape"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and "Drape is not enabled" in proc.stderr
+    assert path.read_bytes() == before
+
+
 def test_subframes_interpolate_linearly_for_motion_blur(shot):
     scene = shot["scene"]
     bake_all(scene)
