@@ -629,13 +629,15 @@ def path_misses(x0, y0, z0, x1, y1, z1, u):
 
 
 @njit(**JIT)
-def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
+def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask):
     """Swept capsule contacts for this substep: the segment from the vertex's
     substep-start position (carried along with the capsule, so a capsule that
     sweeps past a still vertex is seen) to its predicted position, against the
     capsule at substep end, by sphere tracing (the distance is 1-Lipschitz).
     hit[i] = 1 + index of the capsule entered first (0 = none) and
-    entry[:, i] = entry point, entry normal, surface velocity."""
+    entry[:, i] = entry point, entry normal, surface velocity. A vertex with
+    cmask[i] == 0 ignores the capsules (an outer layer that collides with
+    cloth only)."""
     n = np.uint64(pos.shape[1])
     k = cap1.shape[0]
     box = capsule_boxes(cap0, cap1, margin)
@@ -647,13 +649,17 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry):
             continue
         if path_misses(prev[0, i], prev[1, i], prev[2, i], pos[0, i], pos[1, i], pos[2, i], ubox):
             continue
-        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry)
+        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask)
 
 
 @njit(**JIT)
-def contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry):
+def contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask):
     """Swept contact of vertex i against every capsule (see
-    generate_contacts); hit[i] must be 0 on entry."""
+    generate_contacts); hit[i] must be 0 on entry. Called only for a vertex
+    whose path meets the capsules' union box, so the mask load costs nothing
+    elsewhere."""
+    if cmask[i] == 0:
+        return
     k = cap1.shape[0]
     best_u = np.float32(2.0)
     x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
@@ -723,13 +729,15 @@ def contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry):
 
 
 @njit(**JIT)
-def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
+def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask):
     """The fused three-pass projection, one load/store per vertex:
     1. live push-out of every capsule (constraints may have dragged a vertex
        in after contacts were generated);
     2. the frozen swept entry plane for a vertex that tunnelled through and
        is now outside on the far side (pushed back to the side it came from);
     3. half-spaces last, so the ground wins.
+    A vertex with cmask[i] == 0 skips passes 1 and 2 (it has no swept entry:
+    contact_vertex left hit[i] = 0) but not the half-spaces.
     contact[:, i] accumulates normal, push depth and collider velocity for
     velocity-level friction."""
     n = np.uint64(pos.shape[1])
@@ -761,6 +769,8 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact):
             if (px < box[j, 0] or px > box[j, 3] or py < box[j, 1] or py > box[j, 4]
                     or pz < box[j, 2] or pz > box[j, 5]):
                 continue
+            if cmask[i] == 0:
+                break
             d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, pre, j)
             if d < F0:
                 px -= d * nx
@@ -963,7 +973,7 @@ def solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda):
 
 @njit(**JIT)
 def begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
-                  cap0, cap1, plane1, hit, entry, sub, stretch, shear, bend, soft_lam):
+                  cap0, cap1, plane1, hit, entry, cmask, sub, stretch, shear, bend, soft_lam):
     substeps = np.uint64(cfg[C_SUBSTEPS])
     h = cfg[C_H]
     t0 = np.float32(sub) / np.float32(substeps)
@@ -973,7 +983,7 @@ def begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, 
     if caps.shape[0] + planes.shape[0] > 0:
         interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
     if caps.shape[0] > 0:
-        generate_contacts(pos, prev, inv_mass, cap0, cap1, cfg[C_MARGIN], hit, entry)
+        generate_contacts(pos, prev, inv_mass, cap0, cap1, cfg[C_MARGIN], hit, entry, cmask)
     if cfg[C_ITERATIONS] > F1:
         stretch[5][:] = F0
         shear[5][:] = F0
@@ -1052,7 +1062,7 @@ def _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h, mu_s,
 
 @njit(**JIT)
 def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin, pin_start, pin_end,
-                     t1, cap0, cap1, hit, entry, finish):
+                     t1, cap0, cap1, hit, entry, cmask, finish):
     """The per-vertex passes between two substeps in one sweep (no wind):
     the velocities of the substep that ended (if finish; the first substep
     of a step starts from the state's velocities), then predict and the
@@ -1119,7 +1129,7 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
         hit[i] = 0
         if k == 0 or path_misses(x, y, z, x1, y1, z1, ubox):
             continue
-        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry)
+        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask)
     s1 = F1 - t1
     nk = np.uint64(kin.shape[0])
     for j in range(nk):
@@ -1132,7 +1142,7 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
 
 @njit(**JIT)
 def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
-               cap0, cap1, plane1, hit, entry, contact, stretch, shear, bend, tether, soft_lam):
+               cap0, cap1, plane1, hit, entry, cmask, contact, stretch, shear, bend, tether, soft_lam):
     """A whole step in one compiled call (no self collision). Between two
     substeps the velocity, predict and contact passes run as one sweep over
     the vertices (advance_vertices) unless wind needs its triangle pass."""
@@ -1150,14 +1160,14 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
                 if bad > 0:
                     return bad
             t1 = begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
-                               cap0, cap1, plane1, hit, entry, sub, stretch, shear, bend, soft_lam)
+                               cap0, cap1, plane1, hit, entry, cmask, sub, stretch, shear, bend, soft_lam)
         else:
             t0 = np.float32(sub) / np.float32(substeps)
             t1 = np.float32(sub + 1) / np.float32(substeps)
             if has_contacts:
                 interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
-                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, True)
+                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, True)
             if bad > 0:
                 return bad
             if cfg[C_ITERATIONS] > F1:
@@ -1168,14 +1178,14 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
         for _ in range(iterations):
             iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1)
             if has_contacts:
-                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact)
+                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad
 
 
 @njit(**JIT)
 def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, cap1, plane1, hit, entry,
-              contact, stretch, shear, bend, tether, soft_lam):
+              cmask, contact, stretch, shear, bend, tether, soft_lam):
     """step_fused for the default settings (no wind, one iteration, no
     stretch/shear/bend damping): the same sequence and arithmetic with only
     the fast kernels, so a first step compiles only what it runs (the
@@ -1193,7 +1203,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if has_contacts:
             interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
         bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
-                                pin_start, pin_end, t1, cap0, cap1, hit, entry, sub > 0)
+                                pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0)
         if bad > 0:
             return bad
         to_aos4(pos, p4)
@@ -1207,6 +1217,6 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if soft.shape[0] > 0:
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
         if has_contacts:
-            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact)
+            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad

@@ -187,6 +187,9 @@ class Model:
         self.hit = np.zeros(n, dtype=np.int32)
         self.entry = np.zeros((9, n), dtype=np.float32)
         self.contact = np.zeros((7, n), dtype=np.float32)
+        # 1 = collides with capsule colliders, 0 = capsules ignored (planes
+        # still apply); see set_collider_mask.
+        self.collider_mask = np.ones(n, dtype=np.uint8)
         self.targets_scratch = np.zeros((3, n), dtype=np.float32)
         self._collider_scratch = (np.zeros((0, 14), np.float32), np.zeros((0, 14), np.float32),
                                   np.zeros((0, 9), np.float32))
@@ -228,6 +231,24 @@ class Model:
         self.tether_length = _f32(tl)
         self.tether_w = _f32(self.inv_mass[tv])
         return True
+
+    # -- collider mask ---------------------------------------------------------
+
+    def set_collider_mask(self, mask):
+        """Choose which vertices collide with capsule colliders: mask (n,)
+        bool or 0/1 integers, True = collides (the default for every vertex).
+        A False vertex passes through capsules but still collides with planes
+        (the ground always wins) and with cloth in self collision: the outer
+        layer of layered clothing rests on the inner layer, not on the body.
+        Raises SolverError and changes nothing on a bad mask."""
+        m = np.asarray(mask)
+        if m.shape != (self.n,):
+            raise SolverError(f"collider mask must have shape ({self.n},), got {m.shape}")
+        if m.dtype != np.bool_:
+            if not (np.issubdtype(m.dtype, np.integer) or np.issubdtype(m.dtype, np.floating)) \
+                    or not np.all((m == 0) | (m == 1)):
+                raise SolverError("collider mask must be bool or 0/1 values (1 = collides with capsules)")
+        self.collider_mask[:] = m.astype(np.uint8)
 
     def soft_pin_compliance(self, params):
         w = self.soft_weight

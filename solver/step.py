@@ -153,13 +153,13 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             and cfg[K.C_D_SHEAR] == 0 and cfg[K.C_D_BEND] == 0:
         with _FAST:
             bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
-                              plane1, model.hit, model.entry, model.contact, stretch, shear, bend, tether,
-                              model.soft_lam)
+                              plane1, model.hit, model.entry, model.collider_mask, model.contact, stretch,
+                              shear, bend, tether, model.soft_lam)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
-                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.contact,
-                               stretch, shear, bend, tether, model.soft_lam)
+                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.collider_mask,
+                               model.contact, stretch, shear, bend, tether, model.soft_lam)
     else:
         # Self collision: contacts found once against the whole step's
         # predicted motion, solved every iteration before the colliders.
@@ -168,8 +168,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         bad = 0
         for sub in range(substeps):
             t1 = K.begin_substep(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
-                                 caps, planes, cap0, cap1, plane1, model.hit, model.entry, sub,
-                                 stretch, shear, bend, model.soft_lam)
+                                 caps, planes, cap0, cap1, plane1, model.hit, model.entry,
+                                 model.collider_mask, sub, stretch, shear, bend, model.soft_lam)
             for _ in range(int(params.iterations)):
                 with _FAST:
                     K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, pins,
@@ -177,7 +177,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                 sc.solve(pos, prev)
                 if has_contacts:
                     K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
-                                        model.hit, model.entry, model.contact)
+                                        model.hit, model.entry, model.contact, model.collider_mask)
             bad += K.finish_substep(pos, prev, vel, model.inv_mass, cfg, model.contact, has_contacts)
             if bad:
                 break

@@ -89,11 +89,13 @@ def test_two_cloth_objects_falling_onto_each_other():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="the core's capsule collider runs after self collision and projects every vertex "
-                          "whose swept path crosses the capsule onto its surface, outer layer included, so "
-                          "both layers land on one surface; the talk's layered setup lets the outer layer "
-                          "collide with cloth only (needs a per-vertex collider mask in solver/step.py)",
-                   strict=False)
+@pytest.mark.xfail(reason="with the outer layer masked off the capsule (model.set_collider_mask) it rests "
+                          "on the inner layer alone and, swung at 2.6 m/s, folds through itself: first "
+                          "intersections at frame 9 (109 outer-outer pairs, 29 inner-outer, a few outer "
+                          "vertices pushed through the inner layer into the capsule), 3,367 pairs by frame 29 "
+                          "(unmasked, the capsule also holds the outer layer: first at frame 9, worst 790); "
+                          "self collision within a layer does not hold this motion",
+                   strict=True)
 def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
     # Two sheets 2 cm apart, their middle rows pinned to a capsule that
     # swings 0.25 m side to side (2.6 m/s) and bobs up and down.
@@ -108,6 +110,11 @@ def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
     params = ClothParams(substeps=10)
     model = build(m.positions, m.face_indices, m.face_sizes, params, region=m.region, pin=pin)
     model.self_collision = SelfCollision.from_model(model, thickness=0.006, layers=[0, 1])
+    # The outer layer collides with the inner one only, not with the body
+    # (the talk's layered setup): off the capsule collider.
+    outer = np.zeros(len(m.positions), bool)
+    outer[m.vertex_offset[1]:] = True
+    model.set_collider_mask(~outer)
 
     def offset(t):
         return np.array([0.0, 0.25 * np.sin(2 * np.pi * t / 0.6), 0.05 * np.sin(2 * np.pi * t / 0.42)])
@@ -127,7 +134,7 @@ def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
 @pytest.mark.xfail(reason="a 64x64 sheet hitting a wall at 1.5 m/s is crushed in-plane by the core (rest "
                           "spacing 15.6 mm squeezed to ~3 mm on the ground) faster than frozen contacts "
                           "can hold it: self collision halves the intersections but does not reach 0",
-                   strict=False)
+                   strict=True)
 def test_sheet_dropped_flat_piles_up_without_intersections():
     rest, fi, fs = sheet(64, 1.0, 0.5, -0.5, -0.5)
     params = ClothParams(substeps=8, friction_static=0.5, friction_kinetic=0.4)

@@ -73,7 +73,8 @@ def test_without_swept_contacts_the_same_capsule_would_tunnel():
     hit = np.zeros(len(rest), np.int32)
     contact = np.zeros((7, len(rest)), np.float32)
     kernels.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
-                              np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact)
+                              np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact,
+                              np.ones(len(rest), np.uint8))
     shadow = (rest[:, 0] > 0.25) & (rest[:, 0] < 0.75) & (np.abs(rest[:, 2] - 0.5) < 0.05)
     assert np.all(x[1, shadow] < 0.5)
 
@@ -130,3 +131,61 @@ def test_moving_plane_lifts_cloth():
                        point1=np.array([[0, 0, 0.01 * (i + 1)]]), normal1=np.array([[0, 0, 1.0]]))
         step(model, state, StepInputs(planes=plane), 1 / 60, params)
         assert state.positions[2].min() >= 0.01 * (i + 1) + params.collision_margin - 1e-5
+
+
+def _two_points(params, z=0.5, ground=False):
+    # Two free vertices (no faces), vertex 0 masked off the capsules.
+    rest = np.array([[0.0, 0.0, z], [0.3, 0.0, z]])
+    model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.full(2, 1e-3), np.zeros(2), params)
+    model.set_collider_mask(np.array([False, True]))
+    return model, model.new_state()
+
+
+# step_fast (default settings) and step_fused (begin_substep/advance_vertices).
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_masked_vertex_falls_through_a_capsule_onto_the_ground_unmasked_one_rests_on_it(iterations):
+    params = ClothParams(substeps=4, iterations=iterations, collision_margin=0.0)
+    model, state = _two_points(params)
+    a, b, r = np.array([-1.0, 0.0, 0.2]), np.array([1.0, 0.0, 0.2]), 0.1
+    caps = Capsules(a[None], b[None], a[None], b[None], np.array([r]), np.array([r]))
+    ground = Planes(point0=np.zeros((1, 3)), normal0=np.array([[0.0, 0.0, 1.0]]))
+    inside = 0
+    for _ in range(60):
+        step(model, state, StepInputs(capsules=caps, planes=ground), 1 / 60, params)
+        x = state.positions_aos().astype(np.float64)
+        d = oracles.point_capsule_distances(x, a, b, r, r)
+        assert d[1] > -1e-4
+        inside += d[0] < -1e-3
+    assert inside > 0, "the masked vertex never entered the capsule"
+    x = state.positions_aos().astype(np.float64)
+    # Masked: through the capsule and held by the plane (the ground wins).
+    assert -1e-5 <= x[0, 2] < 0.01
+    # Unmasked: resting on top of the capsule (exact distance ~0).
+    assert x[1, 2] > 0.25
+    assert abs(oracles.point_capsule_distance(x[1], a, b, r, r)) < 2e-3
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_capsule_swept_through_in_one_step_carries_only_the_unmasked_vertex(iterations):
+    # The capsule crosses both vertices (y = 0) from y = -0.5 to +0.5 in one
+    # step of 2 substeps: the swept contacts carry the unmasked vertex in
+    # front of it; the masked one is left behind, untouched.
+    params = ClothParams(substeps=2, iterations=iterations, collision_margin=0.0)
+    model, state = _two_points(params)
+    a0, b0 = np.array([-1.0, -0.5, 0.5]), np.array([1.0, -0.5, 0.5])
+    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
+    caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([0.12]), np.array([0.12]))
+    step(model, state, StepInputs(capsules=caps), 1 / 60, params)
+    x = state.positions_aos().astype(np.float64)
+    d = oracles.point_capsule_distances(x, a1, b1, 0.12, 0.12)
+    assert d[1] > -1e-4 and x[1, 1] > 0.5
+    assert x[0, 1] == 0.0 and d[0] > 0.3
+
+
+def test_bad_collider_mask_raises_and_changes_nothing():
+    from drape.solver.params import SolverError
+    model, _ = _two_points(ClothParams())
+    for bad in (np.ones(3, bool), np.array([0.5, 1.0]), np.array([2, 0]), np.array([np.nan, 1.0])):
+        with pytest.raises(SolverError, match="collider mask"):
+            model.set_collider_mask(bad)
+        assert model.collider_mask.tolist() == [0, 1]
