@@ -167,6 +167,11 @@ class DrapeClothSettings(PropertyGroup):
                     "so they collide with each other (self-collision contacts between objects); "
                     "solver settings then come from the first of them by name",
         default=False)
+    layer: IntProperty(name="Layer",
+                       description="Layer order among cloths that collide with each other: a cloth on a higher "
+                                   "layer stays on the outer side (its face normals' side) of one on a lower "
+                                   "layer, even when they tangle; -1 = no layer order",
+                       default=-1, min=-1, soft_max=8)
     self_conservativeness: FloatProperty(name="Conservativeness",
                                          description="How far ahead contacts are predicted from closing "
                                                      "speed (0 = only pairs already within thickness)",

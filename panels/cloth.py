@@ -145,6 +145,9 @@ def _draw_self(self, context):
     col.prop(s, "self_friction")
     col.prop(s, "self_conservativeness")
     layout.prop(s, "cloth_collision")
+    row = layout.row()
+    row.active = s.cloth_collision
+    row.prop(s, "layer")
 
 
 def _draw_wind(self, context):

@@ -347,7 +347,7 @@ def _build(objs, scene, depsgraph):
     if lead.self_collision or len(parts) > 1:
         from ..solver.selfcollision import SelfCollision
 
-        sim.model.self_collision = SelfCollision.from_model(sim.model, **_self_params(lead))
+        sim.model.self_collision = SelfCollision.from_model(sim.model, **_self_params(objs))
     sim.state = sim.model.new_state()
     sim.key = _sim_key(objs)
     sim.builds = 1
@@ -355,9 +355,15 @@ def _build(objs, scene, depsgraph):
     return sim
 
 
-def _self_params(settings):
-    return dict(thickness=max(settings.self_thickness, 1e-5), friction=settings.self_friction,
-                conservativeness=settings.self_conservativeness)
+def _self_params(objs):
+    """Self-collision settings from the lead cloth; with several cloths in one
+    model, each object's layer orders its region (read every step, no rebuild)."""
+    settings = objs[0].drape
+    out = dict(thickness=max(settings.self_thickness, 1e-5), friction=settings.self_friction,
+               conservativeness=settings.self_conservativeness)
+    if len(objs) > 1:
+        out["layers"] = np.array([o.drape.layer for o in objs], dtype=np.int32)
+    return out
 
 
 def _reset(sim, objs, scene, depsgraph):
@@ -410,7 +416,7 @@ def _advance(sim, objs, scene, depsgraph, frame):
         air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame)
     prm = params.cloth_params(lead, scene, solver)
     if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
-        sim.model.self_collision.set_params(**_self_params(lead))
+        sim.model.self_collision.set_params(**_self_params(objs))
     dt = scene.render.fps_base / scene.render.fps
     read_ms = (time.perf_counter() - t0) * 1e3
 

@@ -759,6 +759,24 @@ def test_cloth_cloth_collision_between_objects(empty_scene):
     assert results[True] > -0.005, results
 
 
+def test_layer_order_reaches_the_shared_model_without_a_rebuild(empty_scene):
+    scene = empty_scene
+    hammock, top = _two_sheets(True)
+    top.drape.layer, hammock.drape.layer = 1, 0
+    play(scene, range(1, 4))
+    sim = runtime.get(top)
+    assert sim.error is None, sim.error
+    order = [m.name for m in sim.members]
+    layers = {name: int(v) for name, v in zip(order, sim.model.self_collision.layers)}
+    assert layers == {"Blanket": 1, "Hammock": 0}
+    # Swapping the order mid-play takes effect on the next step, same model.
+    top.drape.layer, hammock.drape.layer = 0, 1
+    play(scene, range(4, 6))
+    assert runtime.get(top) is sim and sim.builds == 1
+    layers = {name: int(v) for name, v in zip(order, sim.model.self_collision.layers)}
+    assert layers == {"Blanket": 0, "Hammock": 1}
+
+
 def test_pins_follow_a_hook(empty_scene):
     scene = empty_scene
     sheet, top = hanging_sheet(n=8)
