@@ -321,44 +321,28 @@ def solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, alpha, gamma, use_lamb
             # one division.
             sc = -F1 / (swk2[i] + alpha)
             dx, dy, dz = lx * sc, ly * sc, lz * sc
-            s = wk[0, i]
-            px[i0] = x0 + s * dx
-            py[i0] = y0 + s * dy
-            pz[i0] = z0 + s * dz
-            s = wk[1, i]
-            px[i1] += s * dx
-            py[i1] += s * dy
-            pz[i1] += s * dz
-            s = wk[2, i]
-            px[i2] += s * dx
-            py[i2] += s * dy
-            pz[i2] += s * dz
-            s = wk[3, i]
-            px[i3] += s * dx
-            py[i3] += s * dy
-            pz[i3] += s * dz
-            continue
-        ln = np.sqrt(l2)
-        inv = F1 / ln
-        ux, uy, uz = lx * inv, ly * inv, lz * inv
-        c = ln - r
-        damp = F0
-        if gamma != F0:
-            k0 = k[0, i]
-            dvx = (k0 * (x0 - ox[i0]) + k1 * (px[i1] - ox[i1]) + k2 * (px[i2] - ox[i2])
-                   + k3 * (px[i3] - ox[i3]))
-            dvy = (k0 * (y0 - oy[i0]) + k1 * (py[i1] - oy[i1]) + k2 * (py[i2] - oy[i2])
-                   + k3 * (py[i3] - oy[i3]))
-            dvz = (k0 * (z0 - oz[i0]) + k1 * (pz[i1] - oz[i1]) + k2 * (pz[i2] - oz[i2])
-                   + k3 * (pz[i3] - oz[i3]))
-            damp = gamma * (ux * dvx + uy * dvy + uz * dvz)
-        if use_lambda:
-            lm = lam[i]
-            dl = -(c + alpha * lm + damp) / (one_g * swk2[i] + alpha)
-            lam[i] = lm + dl
         else:
-            dl = -(c + damp) / (one_g * swk2[i] + alpha)
-        dx, dy, dz = ux * dl, uy * dl, uz * dl
+            ln = np.sqrt(l2)
+            inv = F1 / ln
+            ux, uy, uz = lx * inv, ly * inv, lz * inv
+            c = ln - r
+            damp = F0
+            if gamma != F0:
+                k0 = k[0, i]
+                dvx = (k0 * (x0 - ox[i0]) + k1 * (px[i1] - ox[i1]) + k2 * (px[i2] - ox[i2])
+                       + k3 * (px[i3] - ox[i3]))
+                dvy = (k0 * (y0 - oy[i0]) + k1 * (py[i1] - oy[i1]) + k2 * (py[i2] - oy[i2])
+                       + k3 * (py[i3] - oy[i3]))
+                dvz = (k0 * (z0 - oz[i0]) + k1 * (pz[i1] - oz[i1]) + k2 * (pz[i2] - oz[i2])
+                       + k3 * (pz[i3] - oz[i3]))
+                damp = gamma * (ux * dvx + uy * dvy + uz * dvz)
+            if use_lambda:
+                lm = lam[i]
+                dl = -(c + alpha * lm + damp) / (one_g * swk2[i] + alpha)
+                lam[i] = lm + dl
+            else:
+                dl = -(c + damp) / (one_g * swk2[i] + alpha)
+            dx, dy, dz = ux * dl, uy * dl, uz * dl
         s = wk[0, i]
         px[i0] = x0 + s * dx
         py[i0] = y0 + s * dy
