@@ -51,38 +51,34 @@ def _poll(context):
         bake_job.is_cloth(obj) or bool(getattr(obj.drape_bake, "baked_target", "")))
 
 
-class DRAPE_PT_bake_sidebar(bpy.types.Panel):
+class _BakePanel:
+    """The Bake sub-panel's content, shared by the sidebar and Physics panels."""
+
     bl_label = "Bake"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    @classmethod
+    def poll(cls, context):
+        return _poll(context)
+
+    def draw(self, context):
+        _draw(self.layout, context)
+
+
+class DRAPE_PT_bake_sidebar(_BakePanel, bpy.types.Panel):
     bl_idname = "DRAPE_PT_bake_sidebar"
     bl_space_type = 'VIEW_3D'
     bl_region_type = 'UI'
     bl_category = "Drape"
     bl_parent_id = "DRAPE_PT_cloth"
-    bl_options = {'DEFAULT_CLOSED'}
-
-    @classmethod
-    def poll(cls, context):
-        return _poll(context)
-
-    def draw(self, context):
-        _draw(self.layout, context)
 
 
-class DRAPE_PT_bake_physics(bpy.types.Panel):
-    bl_label = "Bake"
+class DRAPE_PT_bake_physics(_BakePanel, bpy.types.Panel):
     bl_idname = "DRAPE_PT_bake_physics"
     bl_space_type = 'PROPERTIES'
     bl_region_type = 'WINDOW'
     bl_context = "physics"
     bl_parent_id = "DRAPE_PT_cloth_physics"
-    bl_options = {'DEFAULT_CLOSED'}
-
-    @classmethod
-    def poll(cls, context):
-        return _poll(context)
-
-    def draw(self, context):
-        _draw(self.layout, context)
 
 
 classes = (DRAPE_PT_bake_sidebar, DRAPE_PT_bake_physics)

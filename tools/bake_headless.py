@@ -10,19 +10,9 @@ With the bpy module (the dev venv)::
 
     .venv/bin/python tools/bake_headless.py shot.blend --object Cape --target PC2
 
-Options (after ``--`` with Blender):
-  --object NAME      bake this object (repeat for several); default: every Drape cloth
-  --target T         SHAPE_KEYS, PC2 or ALEMBIC; default: each object's own setting
-  --start N --end N  frame range; default: the object's bake settings (scene range by default)
-  --folder DIR       cache folder for PC2/Alembic ('//' = next to the .blend); default: object's
-  --scene NAME       scene to bake (default: the file's active scene)
-  --output PATH      save to PATH instead of over the input .blend
-  --frame-source F.py:FUNC   advanced/testing: take positions from FUNC(obj) instead of the simulation
-
-One line of progress every 10 frames on stdout. Exit status 0 when baked and
-saved, 1 when the bake failed (the .blend is then not saved: nothing
-changed), 2 for a usage error. One object (or shot) per farm job keeps jobs
-independent; the cache file names come from the object names.
+Options, exit status and the farm command for an installed extension: see
+``bake/headless.py`` (this script registers Drape from the checkout, then
+runs that entry point).
 """
 
 import importlib.util
