@@ -504,15 +504,32 @@ def prepare_capsules(cap, margin):
 
 
 @njit(inline="always", **JIT)
-def capsule_distance_pre(px, py, pz, pre, j):
-    """capsule_distance with the per-capsule constants of prepare_capsules:
-    one sqrt and one division for equal radii."""
-    qx, qy, qz = px - pre[j, 0], py - pre[j, 1], pz - pre[j, 2]
-    ux, uy, uz = pre[j, 3], pre[j, 4], pre[j, 5]
-    ln = pre[j, 6]
+def capsule_row(pre, j):
+    """Row j of prepare_capsules as a tuple of scalars. Per-element helpers
+    take scalars and tuples, never arrays: an array argument makes numba
+    refcount it on every call (atomic NRT_incref/decref that LLVM cannot
+    prune past a branch), which made per-vertex loops 100x slower. This
+    accessor has no branch, so its own refcounts are pruned."""
+    return (pre[j, 0], pre[j, 1], pre[j, 2], pre[j, 3], pre[j, 4], pre[j, 5],
+            pre[j, 6], pre[j, 7], pre[j, 8], pre[j, 9], pre[j, 10], pre[j, 11])
+
+
+@njit(inline="always", **JIT)
+def box_row(box, j):
+    """Row j of a (k, 6) min/max box array as a tuple (see capsule_row)."""
+    return (box[j, 0], box[j, 1], box[j, 2], box[j, 3], box[j, 4], box[j, 5])
+
+
+@njit(inline="always", **JIT)
+def capsule_distance_pre(px, py, pz, c):
+    """capsule_distance with the per-capsule constants c = capsule_row(pre, j)
+    of prepare_capsules: one sqrt and one division for equal radii."""
+    qx, qy, qz = px - c[0], py - c[1], pz - c[2]
+    ux, uy, uz = c[3], c[4], c[5]
+    ln = c[6]
     x = qx * ux + qy * uy + qz * uz
-    mode = pre[j, 11]
-    slope = pre[j, 10]
+    mode = c[11]
+    slope = c[10]
     if mode == F0:
         sd = x
         if slope != F0:
@@ -526,8 +543,8 @@ def capsule_distance_pre(px, py, pz, pre, j):
         sd = F0
     else:
         sd = ln
-    s = sd * pre[j, 7]
-    r = pre[j, 8] + (pre[j, 9] - pre[j, 8]) * s
+    s = sd * c[7]
+    r = c[8] + (c[9] - c[8]) * s
     vx, vy, vz = qx - sd * ux, qy - sd * uy, qz - sd * uz
     d2 = vx * vx + vy * vy + vz * vz
     if d2 > EPS * EPS:
@@ -594,20 +611,23 @@ def capsule_boxes(cap0, cap1, margin):
 
 @njit(**JIT)
 def swept_box_union(box):
-    """(6,) box around every capsule's swept box: one cheap test per vertex
-    before the per-capsule work."""
-    u = np.empty(6, dtype=np.float32)
-    u[:3] = np.float32(3e38)
-    u[3:] = np.float32(-3e38)
+    """Box around every capsule's swept box as a tuple (min xyz, max xyz):
+    one cheap test per vertex before the per-capsule work."""
+    lx = ly = lz = np.float32(3e38)
+    hx = hy = hz = np.float32(-3e38)
     for j in range(box.shape[0]):
-        for c in range(3):
-            u[c] = min(u[c], box[j, c])
-            u[3 + c] = max(u[3 + c], box[j, 3 + c])
-    return u
+        lx = min(lx, box[j, 0])
+        ly = min(ly, box[j, 1])
+        lz = min(lz, box[j, 2])
+        hx = max(hx, box[j, 3])
+        hy = max(hy, box[j, 4])
+        hz = max(hz, box[j, 5])
+    return (lx, ly, lz, hx, hy, hz)
 
 
 @njit(inline="always", **JIT)
 def path_misses(x0, y0, z0, x1, y1, z1, u):
+    """True if the path box misses box u (a tuple, see box_row)."""
     return (max(x0, x1) < u[0] or min(x0, x1) > u[3] or max(y0, y1) < u[1]
             or min(y0, y1) > u[4] or max(z0, z1) < u[2] or min(z0, z1) > u[5])
 
@@ -625,91 +645,106 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask
     n = np.uint64(pos.shape[1])
     k = cap1.shape[0]
     box = capsule_boxes(cap0, cap1, margin)
-    pre = prepare_capsules(cap1, margin)
     ubox = swept_box_union(box)
+    cand = np.empty(n, dtype=np.uint32)
+    count = 0
     for i in range(n):
         hit[i] = 0
-        if inv_mass[i] == F0 or k == 0:
+        if inv_mass[i] == F0 or k == 0 or cmask[i] == 0:
             continue
         if path_misses(prev[0, i], prev[1, i], prev[2, i], pos[0, i], pos[1, i], pos[2, i], ubox):
             continue
-        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask)
+        cand[count] = i
+        count += 1
+    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry)
+
+
+@njit(inline="always", **JIT)
+def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
+    """Where the path of a vertex from (x0, y0, z0) at substep start to its
+    predicted (x1, y1, z1) enters one capsule (see generate_contacts).
+    e0, e1: the capsule's end points (ax, ay, az, bx, by, bz) at substep
+    start and end; c = capsule_row(pre, j) at substep end.
+    Returns (found, u along the path, entry point, entry normal, axis fraction)."""
+    ax0, ay0, az0 = e0[0], e0[1], e0[2]
+    dx0, dy0, dz0 = e0[3] - ax0, e0[4] - ay0, e0[5] - az0
+    l2 = dx0 * dx0 + dy0 * dy0 + dz0 * dz0
+    f = F0
+    if l2 > EPS * EPS:
+        f = ((x0 - ax0) * dx0 + (y0 - ay0) * dy0 + (z0 - az0) * dz0) / l2
+        f = min(max(f, F0), F1)
+    g = F1 - f
+    # Start position in the frame of the capsule at substep end.
+    sx = x0 + g * (e1[0] - ax0) + f * (e1[3] - e0[3])
+    sy = y0 + g * (e1[1] - ay0) + f * (e1[4] - e0[4])
+    sz = z0 + g * (e1[2] - az0) + f * (e1[5] - e0[5])
+    ex, ey, ez = x1 - sx, y1 - sy, z1 - sz
+    seg = np.sqrt(ex * ex + ey * ey + ez * ez)
+    d, nx, ny, nz, s = capsule_distance_pre(sx, sy, sz, c)
+    u = F0
+    hx, hy, hz = sx, sy, sz
+    found = False
+    if d > seg:
+        return found, u, hx, hy, hz, nx, ny, nz, s
+    if d > TRACE_EPS:
+        # 1-Lipschitz distance: the segment cannot reach the surface
+        # if both ends are further from it than its length allows.
+        de, _, _, _, _ = capsule_distance_pre(x1, y1, z1, c)
+        if d + de > seg:
+            return found, u, hx, hy, hz, nx, ny, nz, s
+    if d < F0:
+        # Started inside: a vertex resting on the surface that the
+        # capsule moved into counts as entering where it touched;
+        # one deep inside is left to the live push-out.
+        r = c[8] + (c[9] - c[8]) * s
+        if d > -FHALF * r:
+            hx, hy, hz = sx - d * nx, sy - d * ny, sz - d * nz
+            found = True
+    elif seg > EPS:
+        inv_seg = F1 / seg
+        for _ in range(32):
+            if d < TRACE_EPS:
+                found = True
+                break
+            u += d * inv_seg
+            if u >= F1:
+                break
+            hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
+            d, nx, ny, nz, s = capsule_distance_pre(hx, hy, hz, c)
+    return found, u, hx, hy, hz, nx, ny, nz, s
 
 
 @njit(**JIT)
-def contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask):
-    """Swept contact of vertex i against every capsule (see
-    generate_contacts); hit[i] must be 0 on entry. Called only for a vertex
-    whose path meets the capsules' union box, so the mask load costs nothing
-    elsewhere."""
-    if cmask[i] == 0:
-        return
+def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
+    """Swept contacts of the candidate vertices cand[:count] (their paths
+    meet the capsules' union box; hit[i] = 0 on entry) against every capsule:
+    the first capsule entered along the path wins."""
     k = cap1.shape[0]
-    best_u = np.float32(2.0)
-    x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
-    x1, y1, z1 = pos[0, i], pos[1, i], pos[2, i]
-    for j in range(k):
-        # Cull: the vertex's path box misses the capsule's swept box.
-        if (max(x0, x1) < box[j, 0] or min(x0, x1) > box[j, 3] or max(y0, y1) < box[j, 1]
-                or min(y0, y1) > box[j, 4] or max(z0, z1) < box[j, 2] or min(z0, z1) > box[j, 5]):
-            continue
-        ax0, ay0, az0 = cap0[j, 0], cap0[j, 1], cap0[j, 2]
-        dx0, dy0, dz0 = cap0[j, 3] - ax0, cap0[j, 4] - ay0, cap0[j, 5] - az0
-        l2 = dx0 * dx0 + dy0 * dy0 + dz0 * dz0
-        qx, qy, qz = prev[0, i], prev[1, i], prev[2, i]
-        f = F0
-        if l2 > EPS * EPS:
-            f = ((qx - ax0) * dx0 + (qy - ay0) * dy0 + (qz - az0) * dz0) / l2
-            f = min(max(f, F0), F1)
-        g = F1 - f
-        # Start position in the frame of the capsule at substep end.
-        sx = qx + g * (cap1[j, 0] - ax0) + f * (cap1[j, 3] - cap0[j, 3])
-        sy = qy + g * (cap1[j, 1] - ay0) + f * (cap1[j, 4] - cap0[j, 4])
-        sz = qz + g * (cap1[j, 2] - az0) + f * (cap1[j, 5] - cap0[j, 5])
-        ex, ey, ez = pos[0, i] - sx, pos[1, i] - sy, pos[2, i] - sz
-        seg = np.sqrt(ex * ex + ey * ey + ez * ez)
-        ra = pre[j, 8]
-        rb = pre[j, 9]
-        d, nx, ny, nz, s = capsule_distance_pre(sx, sy, sz, pre, j)
-        if d > seg:
-            continue
-        if d > TRACE_EPS:
-            # 1-Lipschitz distance: the segment cannot reach the surface
-            # if both ends are further from it than its length allows.
-            de, _, _, _, _ = capsule_distance_pre(pos[0, i], pos[1, i], pos[2, i], pre, j)
-            if d + de > seg:
+    if count == 0 or k == 0:
+        return
+    pre = prepare_capsules(cap1, margin)
+    for q in range(count):
+        i = cand[q]
+        best_u = np.float32(2.0)
+        x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
+        x1, y1, z1 = pos[0, i], pos[1, i], pos[2, i]
+        for j in range(k):
+            # Cull: the vertex's path box misses the capsule's swept box.
+            if path_misses(x0, y0, z0, x1, y1, z1, box_row(box, j)):
                 continue
-        u = F0
-        hx, hy, hz = sx, sy, sz
-        found = False
-        if d < F0:
-            # Started inside: a vertex resting on the surface that the
-            # capsule moved into counts as entering where it touched;
-            # one deep inside is left to the live push-out.
-            r = ra + (rb - ra) * s
-            if d > -FHALF * r:
-                hx, hy, hz = sx - d * nx, sy - d * ny, sz - d * nz
-                found = True
-        elif seg > EPS:
-            inv_seg = F1 / seg
-            for _ in range(32):
-                if d < TRACE_EPS:
-                    found = True
-                    break
-                u += d * inv_seg
-                if u >= F1:
-                    break
-                hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
-                d, nx, ny, nz, s = capsule_distance_pre(hx, hy, hz, pre, j)
-        if found and u < best_u:
-            best_u = u
-            hit[i] = j + 1
-            entry[0, i], entry[1, i], entry[2, i] = hx, hy, hz
-            entry[3, i], entry[4, i], entry[5, i] = nx, ny, nz
-            g = F1 - s
-            entry[6, i] = g * cap1[j, 8] + s * cap1[j, 11]
-            entry[7, i] = g * cap1[j, 9] + s * cap1[j, 12]
-            entry[8, i] = g * cap1[j, 10] + s * cap1[j, 13]
+            e0 = (cap0[j, 0], cap0[j, 1], cap0[j, 2], cap0[j, 3], cap0[j, 4], cap0[j, 5])
+            e1 = (cap1[j, 0], cap1[j, 1], cap1[j, 2], cap1[j, 3], cap1[j, 4], cap1[j, 5])
+            found, u, hx, hy, hz, nx, ny, nz, s = swept_capsule_entry(
+                x0, y0, z0, x1, y1, z1, e0, e1, capsule_row(pre, j))
+            if found and u < best_u:
+                best_u = u
+                hit[i] = j + 1
+                entry[0, i], entry[1, i], entry[2, i] = hx, hy, hz
+                entry[3, i], entry[4, i], entry[5, i] = nx, ny, nz
+                g = F1 - s
+                entry[6, i] = g * cap1[j, 8] + s * cap1[j, 11]
+                entry[7, i] = g * cap1[j, 9] + s * cap1[j, 12]
+                entry[8, i] = g * cap1[j, 10] + s * cap1[j, 13]
 
 
 @njit(**JIT)
@@ -755,7 +790,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
                 continue
             if cmask[i] == 0:
                 break
-            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, pre, j)
+            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, capsule_row(pre, j))
             if d < F0:
                 px -= d * nx
                 py -= d * ny
@@ -806,8 +841,23 @@ def update_velocities(pos, prev, vel, inv_mass, contact, h, mu_s, mu_k, max_v, h
     vmax2 = max_v * max_v
     bad = 0
     for i in range(n):
-        vx, vy, vz, _, _, _, b = _finish_vertex(i, pos[0, i], pos[1, i], pos[2, i], pos, prev, contact,
-                                                has_contacts, inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
+        x, y, z = pos[0, i], pos[1, i], pos[2, i]
+        depth = F0
+        if has_contacts:
+            depth = contact[3, i]
+        if depth > F0:
+            contact[3, i] = F0
+            vx, vy, vz, x, y, z, b = _finish_vertex(
+                x, y, z, prev[0, i], prev[1, i], prev[2, i], depth,
+                (contact[0, i], contact[1, i], contact[2, i], contact[4, i], contact[5, i], contact[6, i]),
+                inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
+            pos[0, i] = x
+            pos[1, i] = y
+            pos[2, i] = z
+        else:
+            vx, vy, vz, x, y, z, b = _finish_vertex(
+                x, y, z, prev[0, i], prev[1, i], prev[2, i], F0, (F0, F0, F0, F0, F0, F0),
+                inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
         bad += b
         vel[0, i] = vx
         vel[1, i] = vy
@@ -917,6 +967,29 @@ def solve_bending_fast4(p4, idx4, coef):
 
 
 @njit(**JIT)
+def solve_tethers_fast4(p4, v, anchor, length, coef, scale):
+    """solve_tethers without damping on x, y, z, 0 records, branch-free:
+    most tethers are slightly over-extended after each predict, so a branch
+    on it mispredicts about half the time (it cost 20 ns per tether). An
+    inactive tether computes a zero correction. coef = w / (w + alpha~)."""
+    m = np.uint64(v.shape[0])
+    for i in range(m):
+        iv = 4 * np.uint64(v[i])
+        ia = 4 * np.uint64(anchor[i])
+        dx = p4[iv] - p4[ia]
+        dy = p4[iv + 1] - p4[ia + 1]
+        dz = p4[iv + 2] - p4[ia + 2]
+        dw = p4[iv + 3] - p4[ia + 3]
+        d2 = dx * dx + dy * dy + dz * dz
+        # d2 = 0 gives lim/0 = inf and f = 0.
+        f = coef[i] * max(F0, F1 - length[i] * scale / np.sqrt(d2))
+        p4[iv] -= f * dx
+        p4[iv + 1] -= f * dy
+        p4[iv + 2] -= f * dz
+        p4[iv + 3] -= f * dw
+
+
+@njit(**JIT)
 def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda):
     ha = F1 / (h * h)
     # The fast kernels need one iteration, no damping, and coefficients
@@ -932,7 +1005,7 @@ def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use
     else:
         solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
     if cfg[C_USE_TETHERS] != F0:
-        tv, ta, tl, tw = tether
+        tv, ta, tl, tw, tc = tether
         solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
 
 
@@ -996,44 +1069,41 @@ def finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts):
 
 
 @njit(inline="always", **JIT)
-def _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h, mu_s, mu_k, max_v, vmax2, creep):
-    """update_velocities for vertex i (same arithmetic): velocity, friction,
-    clamp; returns (v, position after friction, non-finite flag)."""
-    vx = (x - prev[0, i]) * inv_h
-    vy = (y - prev[1, i]) * inv_h
-    vz = (z - prev[2, i]) * inv_h
-    if has_contacts:
-        depth = contact[3, i]
-        if depth > F0:
-            contact[3, i] = F0
-            nx, ny, nz = contact[0, i], contact[1, i], contact[2, i]
-            cx, cy, cz = contact[4, i], contact[5, i], contact[6, i]
-            rx, ry, rz = vx - cx, vy - cy, vz - cz
-            vn = rx * nx + ry * ny + rz * nz
-            tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
-            tl = np.sqrt(tx * tx + ty * ty + tz * tz)
-            dvn = depth * inv_h
-            if tl <= mu_s * dvn:
-                # Static. A resting vertex (slip no faster than gravity adds
-                # in a substep) also has this substep's slip undone, else it
-                # creeps h^2 g sin(theta) per substep down a slope. Faster
-                # slips (cloth shoved by a fast collider) stay velocity-only:
-                # moving those positions after the constraints tears the
-                # cloth around the collider.
-                if tl <= creep:
-                    x -= tx * h
-                    y -= ty * h
-                    z -= tz * h
-                    pos[0, i] = x
-                    pos[1, i] = y
-                    pos[2, i] = z
-                tx, ty, tz = F0, F0, F0
-            else:
-                f = F1 - mu_k * dvn / tl
-                if f < F0:
-                    f = F0
-                tx, ty, tz = tx * f, ty * f, tz * f
-            vx, vy, vz = cx + tx, cy + ty, cz + tz
+def _finish_vertex(x, y, z, ox, oy, oz, depth, c, inv_h, h, mu_s, mu_k, max_v, vmax2, creep):
+    """update_velocities for one vertex at (x, y, z) that started the substep
+    at (ox, oy, oz): velocity, friction, clamp. depth > 0: it was pushed out
+    of a collider this substep by `depth` along c[:3], a surface moving with
+    velocity c[3:]. Scalars only (see capsule_row). Returns (v, position
+    after friction, non-finite flag)."""
+    vx = (x - ox) * inv_h
+    vy = (y - oy) * inv_h
+    vz = (z - oz) * inv_h
+    if depth > F0:
+        nx, ny, nz = c[0], c[1], c[2]
+        cx, cy, cz = c[3], c[4], c[5]
+        rx, ry, rz = vx - cx, vy - cy, vz - cz
+        vn = rx * nx + ry * ny + rz * nz
+        tx, ty, tz = rx - vn * nx, ry - vn * ny, rz - vn * nz
+        tl = np.sqrt(tx * tx + ty * ty + tz * tz)
+        dvn = depth * inv_h
+        if tl <= mu_s * dvn:
+            # Static. A resting vertex (slip no faster than gravity adds
+            # in a substep) also has this substep's slip undone, else it
+            # creeps h^2 g sin(theta) per substep down a slope. Faster
+            # slips (cloth shoved by a fast collider) stay velocity-only:
+            # moving those positions after the constraints tears the
+            # cloth around the collider.
+            if tl <= creep:
+                x -= tx * h
+                y -= ty * h
+                z -= tz * h
+            tx, ty, tz = F0, F0, F0
+        else:
+            f = F1 - mu_k * dvn / tl
+            if f < F0:
+                f = F0
+            tx, ty, tz = tx * f, ty * f, tz * f
+        vx, vy, vz = cx + tx, cy + ty, cz + tz
     v2 = vx * vx + vy * vy + vz * vz
     if max_v > F0 and v2 > vmax2:
         sc = max_v / np.sqrt(v2)
@@ -1046,13 +1116,14 @@ def _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h, mu_s,
 
 @njit(**JIT)
 def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin, pin_start, pin_end,
-                     t1, cap0, cap1, hit, entry, cmask, finish):
+                     t1, cap0, cap1, hit, entry, cmask, finish, cand):
     """The per-vertex passes between two substeps in one sweep (no wind):
     the velocities of the substep that ended (if finish; the first substep
     of a step starts from the state's velocities), then predict and the
     swept capsule contacts of the next. Per vertex the arithmetic is exactly
     that of update_velocities, predict and generate_contacts in sequence
-    (they touch vertex i alone). Returns the number of non-finite entries."""
+    (they touch vertex i alone). cand: (n,) uint32 scratch for the vertices
+    whose path meets the capsules. Returns the number of non-finite entries."""
     h = cfg[C_H]
     inv_h = F1 / h
     g = np.sqrt(cfg[C_GX] * cfg[C_GX] + cfg[C_GY] * cfg[C_GY] + cfg[C_GZ] * cfg[C_GZ])
@@ -1065,29 +1136,44 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
     if drag > F1:
         drag = F1
     k = cap1.shape[0]
-    box = capsule_boxes(cap0, cap1, cfg[C_MARGIN])
-    pre = prepare_capsules(cap1, cfg[C_MARGIN])
+    margin = cfg[C_MARGIN]
+    box = capsule_boxes(cap0, cap1, margin)
     ubox = swept_box_union(box)
     n = np.uint64(pos.shape[1])
     bad = 0
+    count = 0
+    zero6 = (F0, F0, F0, F0, F0, F0)
     for i in range(n):
         # -- velocities of the substep that ended (update_velocities)
         x, y, z = pos[0, i], pos[1, i], pos[2, i]
         if not finish:
             vx, vy, vz = vel[0, i], vel[1, i], vel[2, i]
         else:
-            vx, vy, vz, x, y, z, b = _finish_vertex(i, x, y, z, pos, prev, contact, has_contacts, inv_h, h,
-                                                   mu_s, mu_k, max_v, vmax2, creep)
+            depth = F0
+            if has_contacts:
+                depth = contact[3, i]
+            if depth > F0:
+                contact[3, i] = F0
+                vx, vy, vz, x, y, z, b = _finish_vertex(
+                    x, y, z, prev[0, i], prev[1, i], prev[2, i], depth,
+                    (contact[0, i], contact[1, i], contact[2, i], contact[4, i], contact[5, i], contact[6, i]),
+                    inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
+            else:
+                vx, vy, vz, x, y, z, b = _finish_vertex(x, y, z, prev[0, i], prev[1, i], prev[2, i], F0, zero6,
+                                                       inv_h, h, mu_s, mu_k, max_v, vmax2, creep)
             bad += b
         # -- predict the next substep (predict without wind)
         prev[0, i] = x
         prev[1, i] = y
         prev[2, i] = z
+        hit[i] = 0
         if inv_mass[i] == F0:
             vel[0, i] = vx
             vel[1, i] = vy
             vel[2, i] = vz
-            hit[i] = 0
+            pos[0, i] = x
+            pos[1, i] = y
+            pos[2, i] = z
             continue
         if drag > F0:
             vx -= drag * vx
@@ -1109,11 +1195,12 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
         pos[0, i] = x1
         pos[1, i] = y1
         pos[2, i] = z1
-        # -- swept capsule contacts of the next substep (generate_contacts)
-        hit[i] = 0
-        if k == 0 or path_misses(x, y, z, x1, y1, z1, ubox):
+        # -- candidates for the swept capsule contacts of the next substep
+        if k == 0 or cmask[i] == 0 or path_misses(x, y, z, x1, y1, z1, ubox):
             continue
-        contact_vertex(i, pos, prev, cap0, cap1, box, pre, hit, entry, cmask)
+        cand[count] = i
+        count += 1
+    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry)
     s1 = F1 - t1
     nk = np.uint64(kin.shape[0])
     for j in range(nk):
@@ -1136,6 +1223,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
     use_wind = cfg[C_USE_WIND] != F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
     h = cfg[C_H]
+    cand = np.empty(pos.shape[1], dtype=np.uint32)
     bad = 0
     for sub in range(substeps):
         if sub == 0 or use_wind:
@@ -1151,7 +1239,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
             if has_contacts:
                 interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
-                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, True)
+                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, True, cand)
             if bad > 0:
                 return bad
             if cfg[C_ITERATIONS] > F1:
@@ -1180,6 +1268,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
     h = cfg[C_H]
     ha = F1 / (h * h)
     p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
+    cand = np.empty(pos.shape[1], dtype=np.uint32)
     bad = 0
     for sub in range(substeps):
         t0 = np.float32(sub) / np.float32(substeps)
@@ -1187,16 +1276,19 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if has_contacts:
             interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
         bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts, kin,
-                                pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0)
+                                pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand)
         if bad > 0:
             return bad
         to_aos4(pos, p4)
         solve_distance_fast4(p4, stretch[6], stretch[7])
         solve_distance_fast4(p4, shear[6], shear[7])
         solve_bending_fast4(p4, bend[6], bend[7])
+        tv, ta, tl, tw, tc = tether
+        fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
+        if fast_tethers:
+            solve_tethers_fast4(p4, tv, ta, tl, tc, cfg[C_TETHER_SCALE])
         from_aos4(p4, pos)
-        if cfg[C_USE_TETHERS] != F0:
-            tv, ta, tl, tw = tether
+        if cfg[C_USE_TETHERS] != F0 and not fast_tethers:
             solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
         if soft.shape[0] > 0:
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)

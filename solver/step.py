@@ -123,7 +123,12 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         model.shear.refresh_coefficients(float(cfg[K.C_A_SHEAR] * inv_h2))
         model.bend.refresh_coefficients(float(cfg[K.C_A_BEND] * inv_h2))
         soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
-        tether = (model.tether_vertex, model.tether_anchor, model.tether_length, model.tether_w)
+        # Tether coefficients w / (w + alpha~) for the undamped fast kernel.
+        tw = model.tether_w
+        t_alpha = np.float32(cfg[K.C_A_TETHER] * inv_h2)
+        t_den = tw + t_alpha
+        tether_coef = np.where(t_den > 0, tw / np.where(t_den > 0, t_den, 1), 0).astype(np.float32)
+        tether = (model.tether_vertex, model.tether_anchor, model.tether_length, tw, tether_coef)
         constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether)
         # Everything that stays the same while params, dt and pins do.
         model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints)

@@ -20,7 +20,7 @@ def test_capsule_distance_kernel_matches_exact_oracle():
             cap = np.zeros((1, 14), np.float32)
             cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, ra, rb
             pre = kernels.prepare_capsules(cap, np.float32(0.0))
-            d2, *_ = kernels.capsule_distance_pre(*np.float32(p), pre, 0)
+            d2, *_ = kernels.capsule_distance_pre(*np.float32(p), tuple(pre[0]))
             assert d2 == pytest.approx(d, abs=1e-5)
             exact = oracles.point_capsule_distance(p, a, b, ra, rb)
             if exact > 0:
