@@ -10,8 +10,9 @@ barycentrics and an offset expressed in the local frame of the reconstructed
 surface (normal component first, so thickness and small details survive).
 
 ``skin`` runs every frame: smooth coarse vertex normals (weighted by the
-rest pose's corner angles, like Blender's own) are recomputed from the
-current coarse positions, each coarse triangle is reconstructed as a
+rest pose's corner angles, like Blender's own; the face normal is weighted
+unnormalised by angle / rest area, the same at rest and without a square root
+per triangle) are recomputed from the current coarse positions, each coarse triangle is reconstructed as a
 Phong-tessellated patch (project the flat barycentric point onto each
 corner's tangent plane, blend the three with the barycentrics), the offset is
 applied along the interpolated normal and its tangent frame, and pinned dense
@@ -33,6 +34,7 @@ normals have to be computed, stored or baked here.
 """
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -46,6 +48,24 @@ _PARALLEL_MIN_VERTICES = 20000
 # Tangent-plane fixed-point steps that slide a barycentric point on the Phong
 # surface until the dense vertex lies along its interpolated normal.
 _REFINE_ITERATIONS = 4
+
+
+class _SkinData(NamedTuple):
+    """Per-binding arrays of the per-frame kernel, in its argument order
+    (skin() unpacks it into the call; no per-frame lookups)."""
+
+    tris: np.ndarray           # (3t,) uint32
+    corner_weight: np.ndarray  # (3t,) float32: normal weight per corner
+    alpha: np.float32          # shape factor
+    unit_faces: np.uint8       # 1: normalise face normals per frame
+    order: np.ndarray          # (m,) uint32: dense vertex of each skinning slot
+    class_start: np.ndarray    # (4,) uint64: first slot of each pass
+    corners: np.ndarray        # (3m,) uint32, skinning order
+    bary: np.ndarray           # (3m,) float32, skinning order
+    offset: np.ndarray         # (3m,) float32, skinning order
+    corner: np.ndarray         # (8c,) float32 scratch: positions + normals
+    pinned: np.ndarray         # (p,) uint32 dense vertices with pin weight > 0
+    pin_weight: np.ndarray     # (p,) float32
 
 
 @dataclass
@@ -75,8 +95,13 @@ class Binding:
     n_coarse: int
     # rest corner angles (t, 3): weights of the per-frame smooth normals
     corner_angle: np.ndarray
+    # rest |(b - a) x (c - a)| (t,): skin weights the current (unnormalised)
+    # face normal by angle / rest area, which is the angle-weighted unit
+    # normal while the triangle keeps its area (cloth barely stretches)
+    # without a square root per triangle per frame. None: unit weights.
+    rest_double_area: np.ndarray | None = None
     pinned_indices: np.ndarray = field(init=False)
-    _scratch: dict = field(init=False, repr=False)
+    _scratch: _SkinData = field(init=False, repr=False)
 
     def __post_init__(self):
         if self.pin_weight is None:
@@ -95,17 +120,27 @@ class Binding:
         # the three coarse corners, barycentrics and offsets of each dense
         # vertex, in skinning order.
         tris = self.coarse_triangles
-        self._scratch = {
-            "order": order.astype(np.uint32),
-            "class_start": np.searchsorted(kind[order], np.arange(4)).astype(np.uint64),
-            "triangle": np.ascontiguousarray(self.triangle[order]),
-            "corners": np.ascontiguousarray(tris[self.triangle[order]], dtype=np.uint32).reshape(-1),
-            "bary": np.ascontiguousarray(self.bary[:, order].T).reshape(-1),
-            "offset": np.ascontiguousarray(self.offset[:, order].T).reshape(-1),
-            "tris": np.ascontiguousarray(tris, dtype=np.uint32).reshape(-1),
-            "corner_angle": np.ascontiguousarray(self.corner_angle, dtype=np.float32).reshape(-1),
-            "corner": np.zeros(self.n_coarse * _CORNER, np.float32),
-        }
+        weight = np.asarray(self.corner_angle, np.float64)
+        area = None if self.rest_double_area is None else np.asarray(self.rest_double_area, np.float64)
+        if area is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                weight = np.where(area[:, None] > 0.0, weight / area[:, None], 0.0)
+        pinned = self.pinned_indices
+        self._scratch = _SkinData(
+            np.ascontiguousarray(tris, dtype=np.uint32).reshape(-1),
+            np.ascontiguousarray(weight, dtype=np.float32).reshape(-1),
+            np.float32(self.shape_factor),
+            np.uint8(area is None),
+            order.astype(np.uint32),
+            np.searchsorted(kind[order], np.arange(4)).astype(np.uint64),
+            np.ascontiguousarray(tris[self.triangle[order]], dtype=np.uint32).reshape(-1),
+            np.ascontiguousarray(self.bary[:, order].T).reshape(-1),
+            np.ascontiguousarray(self.offset[:, order].T).reshape(-1),
+            np.zeros(self.n_coarse * _CORNER, np.float32),
+            pinned.astype(np.uint32),
+            (np.zeros(0, np.float32) if self.pin_weight is None
+             else np.ascontiguousarray(self.pin_weight[pinned], dtype=np.float32)),
+        )
 
     @property
     def n_dense(self) -> int:
@@ -135,6 +170,10 @@ _ONE = np.float32(1.0)
 _ZERO = np.float32(0.0)
 _TINY = np.float32(1e-30)
 _CORNER = 8
+# unsigned index arithmetic: int64 literals would make it signed again
+_U1 = np.uint64(1)
+_U2 = np.uint64(2)
+_U3 = np.uint64(3)
 _KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
 
 
@@ -615,69 +654,30 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
         shape_factor=float(shape_factor),
         n_coarse=int(coarse.shape[0]),
         corner_angle=corner_angle,
+        rest_double_area=np.linalg.norm(
+            np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1),
     )
 
 
 # --------------------------------------------------------------------------
 # skin
-
-
-@njit(inline="always", fastmath=True, error_model="numpy")
-def _skin_one(k, kind, corner, tris, alpha, order, tri, bary, offset, out):
-    q = order[k]
-    (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, Tx, Ty, Tz, _, _, _) = _patch(
-        corner, tris, tri[k], bary[0, k], bary[1, k], bary[2, k], alpha)
-    if kind == 0:
-        out[q, 0] = sx
-        out[q, 1] = sy
-        out[q, 2] = sz
-    elif kind == 1:
-        on = offset[0, k]
-        out[q, 0] = sx + on * nx
-        out[q, 1] = sy + on * ny
-        out[q, 2] = sz + on * nz
-    else:
-        on = offset[0, k]
-        ot = offset[1, k]
-        ob = offset[2, k]
-        Bx = Fy * Tz - Fz * Ty
-        By = Fz * Tx - Fx * Tz
-        Bz = Fx * Ty - Fy * Tx
-        out[q, 0] = sx + on * nx + ot * Tx + ob * Bx
-        out[q, 1] = sy + on * ny + ot * Ty + ob * By
-        out[q, 2] = sz + on * nz + ot * Tz + ob * Bz
+#
+# The per-frame kernels take arrays only at the top: every helper called in a
+# loop is inline="always" and reads arrays the kernel already holds, and the
+# counters are unsigned (no negative-index fix-ups). tests/solver checks the
+# compiled code for reference-count calls.
 
 
 @njit(**_KERNEL)
-def _skin_serial(px, py, pz, tris, corner_angle, alpha, order,
-                 class_start, tri, bary, offset, corner, out):
-    _corner_data(px, py, pz, tris, corner_angle, corner)
-    # The kind is a literal in each loop, so each loop compiles to its own
-    # straight-line body (no per-vertex branch).
-    for k in range(class_start[0], class_start[1]):
-        _skin_one(k, 0, corner, tris, alpha, order, tri, bary, offset, out)
-    for k in range(class_start[1], class_start[2]):
-        _skin_one(k, 1, corner, tris, alpha, order, tri, bary, offset, out)
-    for k in range(class_start[2], class_start[3]):
-        _skin_one(k, 2, corner, tris, alpha, order, tri, bary, offset, out)
+def _corner_data_flat(px, py, pz, tris, corner_weight, unit_faces, corner):
+    """_corner_data for skin: flat (3t,) uint32 triangles and weights, flat
+    (8c,) float32 corner records.
 
-
-@njit(parallel=True, **_KERNEL)
-def _skin_parallel(px, py, pz, tris, corner_angle, alpha, order,
-                   class_start, tri, bary, offset, corner, out):
-    _corner_data(px, py, pz, tris, corner_angle, corner)
-    for k in prange(class_start[0], class_start[1]):
-        _skin_one(k, 0, corner, tris, alpha, order, tri, bary, offset, out)
-    for k in prange(class_start[1], class_start[2]):
-        _skin_one(k, 1, corner, tris, alpha, order, tri, bary, offset, out)
-    for k in prange(class_start[2], class_start[3]):
-        _skin_one(k, 2, corner, tris, alpha, order, tri, bary, offset, out)
-
-
-@njit(**_KERNEL)
-def _corner_data_flat(px, py, pz, tris, corner_angle, corner):
-    """_corner_data for skin: flat (3t,) uint32 triangles and angles, flat
-    (8c,) float32 corner records; the same arithmetic."""
+    With unit_faces == 0 the face normal is left unnormalised and the weight
+    is angle / rest double area (Binding.rest_double_area): the same normal
+    at rest, no square root per triangle per frame; it drifts from the
+    angle-weighted one only as far as triangles change area.
+    """
     nc = np.uint64(px.shape[0])
     for i in range(nc):
         r = 8 * i
@@ -701,22 +701,23 @@ def _corner_data_flat(px, py, pz, tris, corner_angle, corner):
         fx = e1y * e2z - e1z * e2y
         fy = e1z * e2x - e1x * e2z
         fz = e1x * e2y - e1y * e2x
-        inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
-        fx *= inv
-        fy *= inv
-        fz *= inv
+        if unit_faces != 0:
+            inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
+            fx *= inv
+            fy *= inv
+            fz *= inv
         ra = 8 * np.uint64(a)
         rb = 8 * np.uint64(b)
         rc = 8 * np.uint64(c)
-        w = corner_angle[3 * t]
+        w = corner_weight[3 * t]
         corner[ra + 3] += w * fx
         corner[ra + 4] += w * fy
         corner[ra + 5] += w * fz
-        w = corner_angle[3 * t + 1]
+        w = corner_weight[3 * t + 1]
         corner[rb + 3] += w * fx
         corner[rb + 4] += w * fy
         corner[rb + 5] += w * fz
-        w = corner_angle[3 * t + 2]
+        w = corner_weight[3 * t + 2]
         corner[rc + 3] += w * fx
         corner[rc + 4] += w * fy
         corner[rc + 5] += w * fz
@@ -791,65 +792,84 @@ def _patch_flat(corner, a, b, c, w0, w1, w2, alpha):
 
 @njit(inline="always", fastmath=True, error_model="numpy")
 def _skin_one_flat(k, kind, corner, alpha, order, corners, bary, offset, out):
-    r = 3 * k
-    q = 3 * np.uint64(order[k])
+    r = _U3 * k
+    q = _U3 * np.uint64(order[k])
     (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, Tx, Ty, Tz) = _patch_flat(
-        corner, corners[r], corners[r + 1], corners[r + 2], bary[r], bary[r + 1], bary[r + 2], alpha)
+        corner, corners[r], corners[r + _U1], corners[r + _U2], bary[r], bary[r + _U1], bary[r + _U2], alpha)
     if kind == 0:
         out[q] = sx
-        out[q + 1] = sy
-        out[q + 2] = sz
+        out[q + _U1] = sy
+        out[q + _U2] = sz
     elif kind == 1:
         on = offset[r]
         out[q] = sx + on * nx
-        out[q + 1] = sy + on * ny
-        out[q + 2] = sz + on * nz
+        out[q + _U1] = sy + on * ny
+        out[q + _U2] = sz + on * nz
     else:
         on = offset[r]
-        ot = offset[r + 1]
-        ob = offset[r + 2]
+        ot = offset[r + _U1]
+        ob = offset[r + _U2]
         Bx = Fy * Tz - Fz * Ty
         By = Fz * Tx - Fx * Tz
         Bz = Fx * Ty - Fy * Tx
         out[q] = sx + on * nx + ot * Tx + ob * Bx
-        out[q + 1] = sy + on * ny + ot * Ty + ob * By
-        out[q + 2] = sz + on * nz + ot * Tz + ob * Bz
+        out[q + _U1] = sy + on * ny + ot * Ty + ob * By
+        out[q + _U2] = sz + on * nz + ot * Tz + ob * Bz
+
+
+@njit(inline="always", fastmath=True, error_model="numpy")
+def _apply_pins(pinned, pin_weight, targets, out):
+    for s in range(np.uint64(pinned.shape[0])):
+        q = 3 * np.uint64(pinned[s])
+        w = pin_weight[s]
+        if w >= _ONE:
+            out[q] = targets[q]
+            out[q + 1] = targets[q + 1]
+            out[q + 2] = targets[q + 2]
+        else:
+            out[q] += w * (targets[q] - out[q])
+            out[q + 1] += w * (targets[q + 1] - out[q + 1])
+            out[q + 2] += w * (targets[q + 2] - out[q + 2])
 
 
 @njit(**_KERNEL)
-def _skin_flat_serial(px, py, pz, tris, corner_angle, alpha, order, class_start, corners, bary, offset,
-                      corner, out):
-    _corner_data_flat(px, py, pz, tris, corner_angle, corner)
-    for k in range(class_start[0], class_start[1]):
+def _skin_serial(px, py, pz, tris, corner_weight, alpha, unit_faces, order, class_start, corners, bary,
+                 offset, corner, pinned, pin_weight, targets, out):
+    _corner_data_flat(px, py, pz, tris, corner_weight, unit_faces, corner)
+    # The kind is a literal in each loop, so each loop compiles to its own
+    # straight-line body (no per-vertex branch). uint64 counters held in
+    # locals: no sign fix-ups, no reloading the bounds after every store.
+    one = np.uint64(1)
+    k = class_start[0]
+    end = class_start[1]
+    while k < end:
         _skin_one_flat(k, 0, corner, alpha, order, corners, bary, offset, out)
-    for k in range(class_start[1], class_start[2]):
+        k += one
+    end = class_start[2]
+    while k < end:
         _skin_one_flat(k, 1, corner, alpha, order, corners, bary, offset, out)
-    for k in range(class_start[2], class_start[3]):
+        k += one
+    end = class_start[3]
+    while k < end:
         _skin_one_flat(k, 2, corner, alpha, order, corners, bary, offset, out)
+        k += one
+    _apply_pins(pinned, pin_weight, targets, out)
 
 
 @njit(parallel=True, **_KERNEL)
-def _skin_flat_parallel(px, py, pz, tris, corner_angle, alpha, order, class_start, corners, bary, offset,
-                        corner, out):
-    _corner_data_flat(px, py, pz, tris, corner_angle, corner)
-    for k in prange(class_start[0], class_start[1]):
-        _skin_one_flat(k, 0, corner, alpha, order, corners, bary, offset, out)
-    for k in prange(class_start[1], class_start[2]):
-        _skin_one_flat(k, 1, corner, alpha, order, corners, bary, offset, out)
-    for k in prange(class_start[2], class_start[3]):
-        _skin_one_flat(k, 2, corner, alpha, order, corners, bary, offset, out)
+def _skin_parallel(px, py, pz, tris, corner_weight, alpha, unit_faces, order, class_start, corners, bary,
+                   offset, corner, pinned, pin_weight, targets, out):
+    _corner_data_flat(px, py, pz, tris, corner_weight, unit_faces, corner)
+    for j in prange(class_start[1] - class_start[0]):
+        _skin_one_flat(class_start[0] + j, 0, corner, alpha, order, corners, bary, offset, out)
+    for j in prange(class_start[2] - class_start[1]):
+        _skin_one_flat(class_start[1] + j, 1, corner, alpha, order, corners, bary, offset, out)
+    for j in prange(class_start[3] - class_start[2]):
+        _skin_one_flat(class_start[2] + j, 2, corner, alpha, order, corners, bary, offset, out)
+    _apply_pins(pinned, pin_weight, targets, out)
 
 
-@njit(**_KERNEL)
-def _apply_pins(pinned, pin_weight, targets, out):
-    for s in range(pinned.shape[0]):
-        q = pinned[s]
-        w = pin_weight[q]
-        for axis in range(3):
-            if w >= 1.0:
-                out[q, axis] = targets[q, axis]
-            else:
-                out[q, axis] += w * (targets[q, axis] - out[q, axis])
+_NO_TARGETS = np.zeros(0, np.float32)
 
 
 def _coarse_components(binding, coarse_positions):
@@ -890,16 +910,7 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
         out = np.empty((m, 3), np.float32)
     elif out.shape != (m, 3) or out.dtype != np.float32:
         raise ValueError(f"out must be a ({m}, 3) float32 array, got {out.shape} {out.dtype}")
-    s = binding._scratch
-    kernel = _skin_flat_serial
-    if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
-        kernel = _skin_flat_parallel
-    # The kernel writes flat records: a strided `out` is filled through a copy.
-    flat_out = out if out.flags.c_contiguous else np.empty((m, 3), np.float32)
-    kernel(px, py, pz, s["tris"], s["corner_angle"], np.float32(binding.shape_factor), s["order"],
-           s["class_start"], s["corners"], s["bary"], s["offset"], s["corner"], flat_out.reshape(-1))
-    if flat_out is not out:
-        out[:] = flat_out
+    targets = _NO_TARGETS
     if binding.pin_weight is not None:
         if pin_targets is None:
             raise ValueError(
@@ -908,7 +919,15 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
         targets = np.asarray(pin_targets, dtype=np.float32)
         if targets.shape != (m, 3):
             raise ValueError(f"pin_targets must be ({m}, 3), got {targets.shape}")
-        _apply_pins(binding.pinned_indices, binding.pin_weight, targets, out)
+        targets = np.ascontiguousarray(targets).reshape(-1)
+    kernel = _skin_serial
+    if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
+        kernel = _skin_parallel
+    # The kernel writes flat records: a strided `out` is filled through a copy.
+    flat_out = out if out.flags.c_contiguous else np.empty((m, 3), np.float32)
+    kernel(px, py, pz, *binding._scratch, targets, flat_out.reshape(-1))
+    if flat_out is not out:
+        out[:] = flat_out
     return out
 
 

@@ -263,10 +263,11 @@ def test_parallel_and_serial_skinning_agree(monkeypatch):
     frill = dense[:50] + np.array([-0.2, 0.0, 0.1])
     dense = np.concatenate([sheet(40, 40)[0], dense, frill])  # all three passes
     binding = skinning.bind(coarse, tris, dense)
-    assert np.all(np.diff(binding._scratch["class_start"]) > 0)
+    assert np.all(np.diff(binding._scratch.class_start) > 0)
     deformed = roll(coarse, 0.4).astype(np.float32)
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 10**9)
     serial = skinning.skin(binding, deformed)
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 1)
     parallel = skinning.skin(binding, deformed)
     np.testing.assert_allclose(serial, parallel, atol=1e-6)
+
