@@ -428,7 +428,7 @@ def _cell_index(value, origin, cell, dim):
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def _bind_kernel(px, py, pz, tris, corner, alpha, qx, qy, qz, origin, cell, dims,
+def _bind_kernel(px, py, pz, tris, tri_box, corner, alpha, qx, qy, qz, origin, cell, dims,
                  cell_start, cell_items, iterations, out_tri, out_bary, out_offset):
     ny_ = dims[1]
     nz_ = dims[2]
@@ -461,6 +461,14 @@ def _bind_kernel(px, py, pz, tris, corner, alpha, qx, qy, qz, origin, cell, dims
                         c = (i * ny_ + j) * nz_ + k
                         for s in range(cell_start[c], cell_start[c + 1]):
                             t = cell_items[s]
+                            # A triangle whose box is farther than the best
+                            # so far cannot win (and one met again in a
+                            # neighbouring cell is rejected here too).
+                            gx = max(max(tri_box[t, 0] - x, x - tri_box[t, 3]), 0.0)
+                            gy = max(max(tri_box[t, 1] - y, y - tri_box[t, 4]), 0.0)
+                            gz = max(max(tri_box[t, 2] - z, z - tri_box[t, 5]), 0.0)
+                            if gx * gx + gy * gy + gz * gz >= best:
+                                continue
                             a = tris[t, 0]
                             b = tris[t, 1]
                             cc = tris[t, 2]
@@ -639,7 +647,8 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
     out_bary = np.empty((3, m), np.float64)
     out_offset = np.empty((3, m), np.float64)
     qx, qy, qz = (np.ascontiguousarray(dense[:, i]) for i in range(3))
-    _bind_kernel(px, py, pz, tris, corner, float(shape_factor), qx, qy, qz, lo, cell, dims,
+    tri_box = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
+    _bind_kernel(px, py, pz, tris, tri_box, corner, float(shape_factor), qx, qy, qz, lo, cell, dims,
                  cell_start, cell_items, _REFINE_ITERATIONS, out_tri, out_bary, out_offset)
     # Offsets below float32 resolution of the scene are rounding noise; zero
     # them so those vertices take skin's cheaper passes.
