@@ -793,7 +793,7 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
 
 
 @njit(**JIT)
-def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask):
+def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count):
     """The fused three-pass projection, one load/store per vertex:
     1. live push-out of every capsule (constraints may have dragged a vertex
        in after contacts were generated);
@@ -803,15 +803,19 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
     A vertex with cmask[i] == 0 skips passes 1 and 2 (it has no swept entry:
     contact_vertex left hit[i] = 0) but not the half-spaces.
     contact[:, i] accumulates normal, push depth and collider velocity for
-    velocity-level friction."""
-    n = np.uint64(pos.shape[1])
+    velocity-level friction. With count >= 0 only the vertices cand[:count]
+    are visited (from_aos4_collect: every vertex that could need it);
+    count = -1: all of them (cand is then unused)."""
+    use_list = count >= 0
+    n = np.uint64(count) if use_list else np.uint64(pos.shape[1])
     kc = cap1.shape[0]
     kp = plane1.shape[0]
     box = capsule_boxes(cap1, cap1, margin)
     pre = prepare_capsules(cap1, margin)
     ubox = swept_box_union(box)
     lox, loy, loz, hix, hiy, hiz = ubox[0], ubox[1], ubox[2], ubox[3], ubox[4], ubox[5]
-    for i in range(n):
+    for q in range(n):
+        i = cand[q] if use_list else q
         if inv_mass[i] == F0:
             continue
         px, py, pz = pos[0, i], pos[1, i], pos[2, i]
@@ -931,6 +935,29 @@ def from_aos4(p4, pos):
         pos[0, i] = p4[4 * i]
         pos[1, i] = p4[4 * i + 1]
         pos[2, i] = p4[4 * i + 2]
+
+
+@njit(**JIT)
+def from_aos4_collect(p4, pos, hit, ubox, cand):
+    """from_aos4, and the list of vertices project_colliders must visit when
+    only capsules are present: inside the capsules' union box ubox (a tuple)
+    or with a swept entry. The box test rides on a pass that loads every
+    position anyway, so the projection visits hundreds of vertices, not all.
+    Returns the count."""
+    n = np.uint64(pos.shape[1])
+    count = 0
+    for i in range(n):
+        x = p4[4 * i]
+        y = p4[4 * i + 1]
+        z = p4[4 * i + 2]
+        pos[0, i] = x
+        pos[1, i] = y
+        pos[2, i] = z
+        inside = not (x < ubox[0] or x > ubox[3] or y < ubox[1] or y > ubox[4] or z < ubox[2] or z > ubox[5])
+        if inside or hit[i] != 0:
+            cand[count] = i
+            count += 1
+    return count
 
 
 @njit(**JIT)
@@ -1295,7 +1322,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
         for _ in range(iterations):
             iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1)
             if has_contacts:
-                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask)
+                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, -1)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad
 
@@ -1332,12 +1359,21 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
         if fast_tethers:
             solve_tethers_fast4(p4, tv, ta, tl, tc, cfg[C_TETHER_SCALE])
-        from_aos4(p4, pos)
+        # Only capsules and nothing moving vertices after the records are
+        # read back: the projection visits the vertices near the capsules.
+        listed = (has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
+                  and (fast_tethers or cfg[C_USE_TETHERS] == F0))
+        count = -1
+        if listed:
+            count = from_aos4_collect(p4, pos, hit, swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN])),
+                                      cand)
+        else:
+            from_aos4(p4, pos)
         if cfg[C_USE_TETHERS] != F0 and not fast_tethers:
             solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
         if soft.shape[0] > 0:
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
         if has_contacts:
-            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask)
+            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, count)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad

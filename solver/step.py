@@ -11,6 +11,7 @@ from .params import ClothParams, SolverError
 
 _EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
 _EMPTY_PLANES = np.zeros((0, 12), dtype=np.float32)
+_NO_LIST = np.zeros(0, dtype=np.uint32)
 _FAST = K.compiled_fast()
 
 
@@ -182,7 +183,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                 sc.solve(pos, prev)
                 if has_contacts:
                     K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
-                                        model.hit, model.entry, model.contact, model.collider_mask)
+                                        model.hit, model.entry, model.contact, model.collider_mask, _NO_LIST, -1)
             bad += K.finish_substep(pos, prev, vel, model.inv_mass, cfg, model.contact, has_contacts)
             if bad:
                 break
