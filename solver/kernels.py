@@ -768,19 +768,37 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
     if count == 0 or k == 0:
         return
     pre = prepare_capsules(cap1, margin)
+    # How far any point of each capsule's axis moves over the substep (at
+    # most as far as its farther end).
+    move = np.empty(k, dtype=np.float32)
+    for j in range(k):
+        da = ((cap1[j, 0] - cap0[j, 0]) ** 2 + (cap1[j, 1] - cap0[j, 1]) ** 2
+              + (cap1[j, 2] - cap0[j, 2]) ** 2)
+        db = ((cap1[j, 3] - cap0[j, 3]) ** 2 + (cap1[j, 4] - cap0[j, 4]) ** 2
+              + (cap1[j, 5] - cap0[j, 5]) ** 2)
+        move[j] = np.sqrt(max(da, db))
     for q in range(count):
         i = cand[q]
         best_u = np.float32(2.0)
         x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
         x1, y1, z1 = pos[0, i], pos[1, i], pos[2, i]
+        path = np.sqrt((x1 - x0) ** 2 + (y1 - y0) ** 2 + (z1 - z0) ** 2)
         for j in range(k):
             # Cull: the vertex's path box misses the capsule's swept box.
             if path_misses(x0, y0, z0, x1, y1, z1, box_row(box, j)):
                 continue
+            # Cull: the path in the capsule's frame is no longer than the
+            # vertex's own path plus the capsule's motion, and the distance
+            # is 1-Lipschitz: an end point farther away than that is never
+            # reached (one distance instead of the frame transform and two).
+            c = capsule_row(pre, j)
+            de, _, _, _, _ = capsule_distance_pre(x1, y1, z1, c)
+            if de > path + move[j]:
+                continue
             e0 = (cap0[j, 0], cap0[j, 1], cap0[j, 2], cap0[j, 3], cap0[j, 4], cap0[j, 5])
             e1 = (cap1[j, 0], cap1[j, 1], cap1[j, 2], cap1[j, 3], cap1[j, 4], cap1[j, 5])
             found, u, hx, hy, hz, nx, ny, nz, s = swept_capsule_entry(
-                x0, y0, z0, x1, y1, z1, e0, e1, capsule_row(pre, j))
+                x0, y0, z0, x1, y1, z1, e0, e1, c)
             if found and u < best_u:
                 best_u = u
                 hit[i] = j + 1
