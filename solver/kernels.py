@@ -17,6 +17,8 @@ from numba.core import config as numba_config
 from numba.core import types
 from numba.extending import intrinsic
 
+from . import selfcollision_kernels as SCK
+
 # fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
 JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
 
@@ -1347,11 +1349,14 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
 
 @njit(**JIT)
 def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, cap1, plane1, hit, entry,
-              cmask, contact, stretch, shear, bend, tether, soft_lam):
+              cmask, contact, stretch, shear, bend, tether, soft_lam, self_contacts=None):
     """step_fused for the default settings (no wind, one iteration, no
     stretch/shear/bend damping): the same sequence and arithmetic with only
     the fast kernels, so a first step compiles only what it runs (the
-    general kernels compile when a setting needs them)."""
+    general kernels compile when a setting needs them).
+    self_contacts: None, or SelfCollision.solve_args() for this step's frozen
+    self contacts, solved (Jacobi) after the constraints and before the
+    colliders, as in the general path. None compiles a version without them."""
     substeps = np.uint64(cfg[C_SUBSTEPS])
     has_contacts = caps.shape[0] + planes.shape[0] > 0
     kin, soft, soft_alpha, pin_start, pin_end = pins
@@ -1380,7 +1385,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         # Only capsules and nothing moving vertices after the records are
         # read back: the projection visits the vertices near the capsules.
         listed = (has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
-                  and (fast_tethers or cfg[C_USE_TETHERS] == F0))
+                  and (fast_tethers or cfg[C_USE_TETHERS] == F0) and self_contacts is None)
         count = -1
         if listed:
             count = from_aos4_collect(p4, pos, hit, swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN])),
@@ -1391,6 +1396,8 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
             solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
         if soft.shape[0] > 0:
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
+        if self_contacts is not None:
+            SCK.solve_serial(pos, prev, *self_contacts)
         if has_contacts:
             project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, count)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)

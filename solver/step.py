@@ -155,12 +155,23 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
 
     # The default settings (no wind, one iteration, undamped stretch/shear/
     # bend) run a kernel that holds only the fast paths: less to compile.
-    if sc is None and cfg[K.C_USE_WIND] == 0 and cfg[K.C_ITERATIONS] == 1 and cfg[K.C_D_STRETCH] == 0 \
-            and cfg[K.C_D_SHEAR] == 0 and cfg[K.C_D_BEND] == 0:
+    default = cfg[K.C_USE_WIND] == 0 and cfg[K.C_ITERATIONS] == 1 and cfg[K.C_D_STRETCH] == 0 \
+        and cfg[K.C_D_SHEAR] == 0 and cfg[K.C_D_BEND] == 0
+    # A SelfCollision solved single-threaded runs inside the compiled step;
+    # any other self_collision hook (detect/solve) runs between the substeps.
+    fused_sc = sc is not None and hasattr(sc, "solve_args") and not getattr(sc, "parallel", False)
+    if default and (sc is None or fused_sc):
+        self_contacts = None
+        if sc is not None:
+            # Contacts found once against the whole step's predicted motion,
+            # solved inside the compiled step every substep.
+            sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
+            if sc.count:
+                self_contacts = sc.solve_args()
         with _FAST:
             bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
                               plane1, model.hit, model.entry, model.collider_mask, model.contact, stretch,
-                              shear, bend, tether, model.soft_lam)
+                              shear, bend, tether, model.soft_lam, self_contacts)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
