@@ -4,7 +4,8 @@ signed ones), one compiled call per step on the fast path.
 
 Pipeline of a substep (Ten Minute Physics' three verbs):
   predict -> generate swept collider contacts -> iterations of
-  [stretch, shear, bend, tether, soft pins, (self collision), colliders] ->
+  [stretch, shear, bend, stretch limits, tether, soft pins, (self collision),
+  colliders] ->
   velocities (+ friction, clamp, NaN check).
 """
 
@@ -89,6 +90,7 @@ C_MARGIN, C_MU_S, C_MU_K, C_MAXV = 18, 19, 20, 21
 C_USE_TETHERS, C_USE_WIND = 22, 23
 C_SUBSTEPS, C_ITERATIONS = 24, 25
 C_USE_ACCEL = 26
+C_USE_LIMITS = 27
 C_SIZE = 32
 
 
@@ -250,11 +252,12 @@ def solve_distance(pos, prev, a, b, wa, wb, rest, lam, alpha, gamma, use_lambda)
 
 
 @njit(**JIT)
-def solve_distance_fast(pos, ab, coef):
+def solve_distance_fast(pos, ab, coef, unilateral):
     """solve_distance for one iteration without damping (lambda = 0), with
     the denominators folded into per-constraint coefficients
     ca = w_a / (w_a + w_b + alpha~) (cb likewise): the correction is
-    -/+ c (1 - rest/|d|) d, one sqrt and one division.
+    -/+ c (1 - rest/|d|) d, one sqrt and one division. unilateral: only
+    when longer than rest (the stretch limits).
     ab: flat index pairs (2m,); coef: flat records (4m,) [ca, cb, rest, -]."""
     px, py, pz = pos[0], pos[1], pos[2]
     m = np.uint64(ab.shape[0]) >> np.uint64(1)
@@ -269,6 +272,8 @@ def solve_distance_fast(pos, ab, coef):
         if d2 < EPS * EPS:
             continue
         f = F1 - coef[e + 2] / np.sqrt(d2)
+        if unilateral:
+            f = max(f, F0)
         dx, dy, dz = dx * f, dy * f, dz * f
         sa = coef[e]
         sb = coef[e + 1]
@@ -981,8 +986,10 @@ def from_aos4_collect(p4, pos, hit, ubox, cand):
 
 
 @njit(**JIT)
-def solve_distance_fast4(p4, ab, coef):
-    """solve_distance_fast on x, y, z, 0 records (the same arithmetic per lane)."""
+def solve_distance_fast4(p4, ab, coef, unilateral):
+    """solve_distance_fast on x, y, z, 0 records (the same arithmetic per lane).
+    unilateral: only pull together pairs farther apart than their rest length
+    (the stretch limits)."""
     m = np.uint64(ab.shape[0]) >> np.uint64(1)
     for i in range(m):
         ia = 4 * np.uint64(ab[2 * i])
@@ -997,6 +1004,8 @@ def solve_distance_fast4(p4, ab, coef):
         if d2 < EPS * EPS:
             continue
         f = F1 - coef[e + 2] * rsqrt(d2)
+        if unilateral:
+            f = max(f, F0)
         dx, dy, dz, dw = dx * f, dy * f, dz * f, dw * f
         sa = coef[e]
         sb = coef[e + 1]
@@ -1082,7 +1091,7 @@ def solve_tethers_fast4(p4, v, anchor, length, coef, scale):
 
 
 @njit(**JIT)
-def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda):
+def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, limits, pins, use_lambda):
     ha = F1 / (h * h)
     # The fast kernels need one iteration, no damping, and coefficients
     # computed for this alpha~ (step.py refreshes them when it changes).
@@ -1090,12 +1099,16 @@ def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use
         # Fast path on x, y, z, 0 records (see to_aos4 and compiled_fast).
         p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
         to_aos4(pos, p4)
-        solve_distance_fast4(p4, stretch[6], stretch[7])
-        solve_distance_fast4(p4, shear[6], shear[7])
+        solve_distance_fast4(p4, stretch[6], stretch[7], False)
+        solve_distance_fast4(p4, shear[6], shear[7], False)
         solve_bending_fast4(p4, bend[6], bend[7])
+        if cfg[C_USE_LIMITS] != F0:
+            solve_distance_fast4(p4, limits[6], limits[7], True)
         from_aos4(p4, pos)
     else:
         solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
+        if cfg[C_USE_LIMITS] != F0:
+            solve_distance_fast(pos, limits[6], limits[7], True)
     if cfg[C_USE_TETHERS] != F0:
         tv, ta, tl, tw, tc = tether
         solve_tethers(pos, prev, tv, ta, tl, tw, cfg[C_A_TETHER] * ha, cfg[C_D_TETHER], cfg[C_TETHER_SCALE])
@@ -1107,12 +1120,12 @@ def solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda):
     if use_lambda or cfg[C_D_STRETCH] != F0:
         solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_STRETCH] * ha, cfg[C_D_STRETCH], use_lambda)
     else:
-        solve_distance_fast(pos, ab, coef)
+        solve_distance_fast(pos, ab, coef, False)
     a, b, wa, wb, rest, lam, ab, coef = shear
     if use_lambda or cfg[C_D_SHEAR] != F0:
         solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_SHEAR] * ha, cfg[C_D_SHEAR], use_lambda)
     else:
-        solve_distance_fast(pos, ab, coef)
+        solve_distance_fast(pos, ab, coef, False)
     idx, k, wk, swk2, rest, lam, idx4, coef = bend
     if use_lambda or cfg[C_D_BEND] != F0:
         solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, cfg[C_A_BEND] * ha, cfg[C_D_BEND], use_lambda)
@@ -1142,10 +1155,10 @@ def begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, 
 
 
 @njit(**JIT)
-def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1):
+def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, limits, pins, soft_lam, t1):
     h = cfg[C_H]
     use_lambda = cfg[C_ITERATIONS] > F1
-    solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, pins, use_lambda)
+    solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, limits, pins, use_lambda)
     kin, soft, soft_alpha, pin_start, pin_end = pins
     if soft.shape[0] > 0:
         solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
@@ -1305,7 +1318,7 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
 
 @njit(**JIT)
 def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
-               cap0, cap1, plane1, hit, entry, cmask, contact, stretch, shear, bend, tether, soft_lam):
+               cap0, cap1, plane1, hit, entry, cmask, contact, stretch, shear, bend, tether, limits, soft_lam):
     """A whole step in one compiled call (no self collision). Between two
     substeps the velocity, predict and contact passes run as one sweep over
     the vertices (advance_vertices) unless wind needs its triangle pass."""
@@ -1340,7 +1353,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
                 bend[5][:] = F0
                 soft_lam[:] = F0
         for _ in range(iterations):
-            iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, pins, soft_lam, t1)
+            iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, limits, pins, soft_lam, t1)
             if has_contacts:
                 project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, -1)
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
@@ -1349,7 +1362,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
 
 @njit(**JIT)
 def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, cap1, plane1, hit, entry,
-              cmask, contact, stretch, shear, bend, tether, soft_lam, self_contacts=None):
+              cmask, contact, stretch, shear, bend, tether, limits, soft_lam, self_contacts=None):
     """step_fused for the default settings (no wind, one iteration, no
     stretch/shear/bend damping): the same sequence and arithmetic with only
     the fast kernels, so a first step compiles only what it runs (the
@@ -1375,9 +1388,11 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if bad > 0:
             return bad
         to_aos4(pos, p4)
-        solve_distance_fast4(p4, stretch[6], stretch[7])
-        solve_distance_fast4(p4, shear[6], shear[7])
+        solve_distance_fast4(p4, stretch[6], stretch[7], False)
+        solve_distance_fast4(p4, shear[6], shear[7], False)
         solve_bending_fast4(p4, bend[6], bend[7])
+        if cfg[C_USE_LIMITS] != F0:
+            solve_distance_fast4(p4, limits[6], limits[7], True)
         tv, ta, tl, tw, tc = tether
         fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
         if fast_tethers:

@@ -40,15 +40,20 @@ class DistanceConstraints:
     """One class of distance constraints in colour order (stable-sorted by
     colour; batch c is [offsets[c], offsets[c+1]))."""
 
-    def __init__(self, pairs, rest_positions):
+    def __init__(self, pairs, rest_positions, rest=None):
+        """rest: (m,) rest lengths in the order of `pairs` (default: their
+        distance in rest_positions)."""
         n = len(rest_positions)
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         order, self.offsets = topology.colour_order(pairs, n)
         pairs = pairs[order]
         self.a = _u32(pairs[:, 0])
         self.b = _u32(pairs[:, 1])
-        r = rest_positions.astype(np.float64)
-        self.rest = _f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
+        if rest is None:
+            r = rest_positions.astype(np.float64)
+            self.rest = _f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
+        else:
+            self.rest = _f32(np.asarray(rest, dtype=np.float64)[order])
         self.lam = np.zeros(len(pairs), dtype=np.float32)
         self.wa = np.zeros(len(pairs), dtype=np.float32)
         self.wb = np.zeros(len(pairs), dtype=np.float32)
@@ -169,6 +174,9 @@ class Model:
             diag = diag[~np.isin(diag[:, 0] * n + diag[:, 1], skey)]
         self.stretch = DistanceConstraints(struct, self.rest_positions)
         self.shear = DistanceConstraints(diag, self.rest_positions)
+        # Long-range stretch limits (unilateral, solved when params.stretch_limits).
+        limit_pairs, limit_rest = topology.stretch_limit_pairs(self.rest_positions, struct)
+        self.limits = DistanceConstraints(limit_pairs, self.rest_positions, rest=limit_rest)
         self.bend = BendingConstraints(self.rest_positions, self.triangles)
 
         t = self.triangles.astype(np.int64)
@@ -224,6 +232,7 @@ class Model:
         self.inv_mass = np.where(kinematic, 0.0, 1.0 / self.mass).astype(np.float32)
         self.stretch.set_inverse_masses(self.inv_mass)
         self.shear.set_inverse_masses(self.inv_mass)
+        self.limits.set_inverse_masses(self.inv_mass)
         self.bend.set_inverse_masses(self.inv_mass)
         tv, ta, tl = topology.geodesic_tethers(self.rest_positions, self.graph_edges, self.kinematic.astype(np.int64))
         self.tether_vertex = _u32(tv)

@@ -67,6 +67,7 @@ def _config(params, h):
     cfg[K.C_MU_K] = params.friction_kinetic
     cfg[K.C_MAXV] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
     cfg[K.C_USE_TETHERS] = 1.0 if params.tethers else 0.0
+    cfg[K.C_USE_LIMITS] = 1.0 if params.stretch_limits else 0.0
     cfg[K.C_SUBSTEPS] = int(params.substeps)
     cfg[K.C_ITERATIONS] = int(params.iterations)
     return cfg
@@ -123,6 +124,9 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         model.stretch.refresh_coefficients(float(cfg[K.C_A_STRETCH] * inv_h2))
         model.shear.refresh_coefficients(float(cfg[K.C_A_SHEAR] * inv_h2))
         model.bend.refresh_coefficients(float(cfg[K.C_A_BEND] * inv_h2))
+        # The stretch limits are as stiff as the tethers and scaled like them.
+        model.limits.refresh_coefficients(float(cfg[K.C_A_TETHER] * inv_h2))
+        model.limits.coef[:, 2] = model.limits.rest * np.float32(params.tether_scale)
         soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
         # Tether coefficients w / (w + alpha~) for the undamped fast kernel.
         tw = model.tether_w
@@ -130,10 +134,13 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         t_den = tw + t_alpha
         tether_coef = np.where(t_den > 0, tw / np.where(t_den > 0, t_den, 1), 0).astype(np.float32)
         tether = (model.tether_vertex, model.tether_anchor, model.tether_length, tw, tether_coef)
-        constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether)
+        if len(model.limits) == 0:
+            cfg[K.C_USE_LIMITS] = 0.0
+        constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether,
+                       model.limits.packed())
         # Everything that stays the same while params, dt and pins do.
         model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints)
-    cfg, soft_alpha, (stretch, shear, bend, tether) = cached[3], cached[4], cached[5]
+    cfg, soft_alpha, (stretch, shear, bend, tether, limits) = cached[3], cached[4], cached[5]
     cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
     cfg[K.C_USE_WIND] = 1.0 if wind is not None else 0.0
     dummy = model.prev[:, :1]
@@ -171,12 +178,12 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         with _FAST:
             bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
                               plane1, model.hit, model.entry, model.collider_mask, model.contact, stretch,
-                              shear, bend, tether, model.soft_lam, self_contacts)
+                              shear, bend, tether, limits, model.soft_lam, self_contacts)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
                                caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.collider_mask,
-                               model.contact, stretch, shear, bend, tether, model.soft_lam)
+                               model.contact, stretch, shear, bend, tether, limits, model.soft_lam)
     else:
         # Self collision: contacts found once against the whole step's
         # predicted motion, solved every iteration before the colliders.
@@ -189,7 +196,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                                  model.collider_mask, sub, stretch, shear, bend, model.soft_lam)
             for _ in range(int(params.iterations)):
                 with _FAST:
-                    K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, pins,
+                    K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, limits, pins,
                                       model.soft_lam, t1)
                 sc.solve(pos, prev)
                 if has_contacts:

@@ -236,6 +236,110 @@ def geodesic_tethers(rest, edges, anchors):
     return v, origin[v], dist[v]
 
 
+STRETCH_LIMIT_SPANS = (2, 4, 8, 16)
+
+
+@njit(cache=True)
+def _straight_walks(rest, indptr, nbr, spans, min_cos):
+    """From every vertex along each of its edges, keep going straight: at each
+    vertex take the neighbour whose direction is closest to the last step's
+    (within acos(min_cos)), summing rest edge lengths. Emits (start, vertex
+    reached, path length) after each span in `spans` (ascending) edges."""
+    n = rest.shape[0]
+    max_span = spans[spans.shape[0] - 1]
+    cap = 0
+    for v in range(n):
+        cap += (indptr[v + 1] - indptr[v]) * spans.shape[0]
+    out_a = np.empty(cap, np.int64)
+    out_b = np.empty(cap, np.int64)
+    out_l = np.empty(cap, np.float64)
+    m = 0
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            prev = v
+            cur = nbr[e]
+            hx = rest[cur, 0] - rest[v, 0]
+            hy = rest[cur, 1] - rest[v, 1]
+            hz = rest[cur, 2] - rest[v, 2]
+            length = np.sqrt(hx * hx + hy * hy + hz * hz)
+            if length <= 0.0:
+                continue
+            hx, hy, hz = hx / length, hy / length, hz / length
+            k = 0
+            for step in range(1, max_span + 1):
+                if step == spans[k]:
+                    out_a[m] = v
+                    out_b[m] = cur
+                    out_l[m] = length
+                    m += 1
+                    k += 1
+                    if k == spans.shape[0]:
+                        break
+                best = -1
+                best_cos = min_cos
+                bx = by = bz = 0.0
+                bl = 0.0
+                for f in range(indptr[cur], indptr[cur + 1]):
+                    u = nbr[f]
+                    if u == prev or u == v:
+                        continue
+                    dx = rest[u, 0] - rest[cur, 0]
+                    dy = rest[u, 1] - rest[cur, 1]
+                    dz = rest[u, 2] - rest[cur, 2]
+                    dl = np.sqrt(dx * dx + dy * dy + dz * dz)
+                    if dl <= 0.0:
+                        continue
+                    c = (dx * hx + dy * hy + dz * hz) / dl
+                    if c > best_cos:
+                        best_cos = c
+                        best = u
+                        bx, by, bz, bl = dx / dl, dy / dl, dz / dl, dl
+                if best < 0:
+                    break
+                prev = cur
+                cur = best
+                hx, hy, hz = bx, by, bz
+                length += bl
+    return out_a[:m], out_b[:m], out_l[:m]
+
+
+def stretch_limit_pairs(rest, edges, spans=STRETCH_LIMIT_SPANS, min_cos=0.7):
+    """Long-range stretch limits: vertex pairs 2, 4, 8, 16 edges apart along
+    the straightest path through the mesh's polygon edges (rows and columns
+    of a quad grid), each with its path's rest length, which is never shorter
+    than their rest distance. Solved unilaterally (only pulled together when
+    farther apart than that), they carry a pull across many edges in one
+    iteration where single edges would pass it on one ring per iteration; a
+    straight chord over a curved rest surface is shorter than the path, so a
+    limit never fights the rest shape or a fold. Returns ((m, 2) int64 pairs
+    i < j, (m,) float64 rest path lengths); a pair reached by several walks
+    keeps the shortest."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    n = len(rest)
+    if len(edges) == 0 or n == 0:
+        return np.zeros((0, 2), np.int64), np.zeros(0)
+    src = np.concatenate([edges[:, 0], edges[:, 1]])
+    dst = np.concatenate([edges[:, 1], edges[:, 0]])
+    order = np.argsort(src, kind="stable")
+    nbr = dst[order]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    a, b, length = _straight_walks(np.asarray(rest, np.float64), indptr, nbr,
+                                   np.asarray(sorted(spans), np.int64), float(min_cos))
+    keep = a != b
+    a, b, length = a[keep], b[keep], length[keep]
+    if len(a) == 0:
+        return np.zeros((0, 2), np.int64), np.zeros(0)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    key = lo * n + hi
+    order = np.lexsort((length, key))
+    key, length = key[order], length[order]
+    first = np.ones(len(key), bool)
+    first[1:] = key[1:] != key[:-1]
+    key, length = key[first], length[first]
+    return np.stack([key // n, key % n], axis=1), length
+
+
 def vertex_masses(rest_positions, face_indices, face_sizes, areal_density, weight=None):
     """Per-vertex mass (kg): each polygon's area (sum of its fan triangles) x
     areal_density (kg/m^2), split equally among its corners; optional (n,)

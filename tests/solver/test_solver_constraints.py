@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import oracles
-from drape.solver import ClothParams, StepInputs, build_model, kernels, step, topology, vertex_masses
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, kernels, step, topology, vertex_masses
 
 
 def _strip(rows, width=0.25, edge=0.25):
@@ -30,7 +30,8 @@ def test_xpbd_hanging_stretch_matches_analytic_for_any_iteration_count(iteration
     pin = np.zeros(len(rest))
     pin[:2] = 1.0
     params = ClothParams(substeps=4, iterations=iterations, stretch_compliance=alpha,
-                         shear_compliance=1e6, bend_compliance=1e9, tethers=False, air_drag=4.0)
+                         shear_compliance=1e6, bend_compliance=1e9, tethers=False, stretch_limits=False,
+                         air_drag=4.0)
     model = build_model(rest, fi, fs, np.full(len(rest), m), pin, params)
     state = model.new_state()
     for _ in range(400):
@@ -242,3 +243,94 @@ def test_rayleigh_damping_slows_oscillation_but_keeps_the_equilibrium():
     # XPBD's damping term also resists each substep's gravity prediction,
     # which stiffens the static sag slightly (here ~0.4 %).
     assert settled == pytest.approx(-0.5 - state.positions[2, 1], rel=0.02)
+
+
+def test_stretch_limits_are_the_straight_rows_and_columns_of_a_grid():
+    # On an (N+1) x (N+1) grid the straightest paths are its rows and
+    # columns: span k gives 2 (N+1) (N+1-k) pairs, k spacings long.
+    nq = 20
+    rest, fi, fs = oracles.grid_sheet(nq, nq, size=1.0)
+    pairs, length = topology.stretch_limit_pairs(rest, topology.structural_edges(fi, fs))
+    side = nq + 1
+    r, c = np.divmod(pairs, side)
+    same_row = r[:, 0] == r[:, 1]
+    same_col = c[:, 0] == c[:, 1]
+    assert np.all(same_row ^ same_col)
+    span = np.where(same_row, np.abs(c[:, 0] - c[:, 1]), np.abs(r[:, 0] - r[:, 1]))
+    for k in topology.STRETCH_LIMIT_SPANS:
+        assert np.sum(span == k) == 2 * side * (side - k)
+    assert set(span.tolist()) == set(topology.STRETCH_LIMIT_SPANS)
+    assert np.allclose(length, span / nq, atol=1e-9)
+
+
+def test_stretch_limits_never_fight_a_curved_rest_shape():
+    # A cone (a flared skirt): every limit's rest length is its path along
+    # the surface, never shorter than the chord, so the rest pose is at rest.
+    around, down = 24, 10
+    co, quads = [], []
+    for j in range(down + 1):
+        radius = 0.2 + 0.02 * j
+        for i in range(around):
+            a = 2 * np.pi * i / around
+            co.append((radius * np.cos(a), radius * np.sin(a), -0.05 * j))
+    for j in range(down):
+        for i in range(around):
+            a0, a1 = j * around + i, j * around + (i + 1) % around
+            quads += [a0, a0 + around, a1 + around, a1]
+    rest = np.array(co)
+    fi, fs = np.array(quads), np.full(len(quads) // 4, 4)
+    pairs, length = topology.stretch_limit_pairs(rest, topology.structural_edges(fi, fs))
+    chord = np.linalg.norm(rest[pairs[:, 0]] - rest[pairs[:, 1]], axis=1)
+    assert len(pairs) > 0
+    assert np.all(length >= chord - 1e-9)
+    assert np.any(length > chord * 1.01)  # around the cone the path is longer
+    params = ClothParams(substeps=2, gravity=(0.0, 0.0, 0.0))
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
+    state = model.new_state()
+    for _ in range(30):
+        step(model, state, None, 1 / 60, params)
+    assert np.abs(state.positions_aos() - rest).max() < 1e-5
+
+
+def test_stretch_limits_hold_a_sheet_a_sphere_shoves():
+    # A sheet pinned along its top edge, a sphere driven 0.3 m through its
+    # middle. Edges alone pass the pull on one ring per substep and the
+    # sheet over the sphere stretches; with the limits no row or column span
+    # of 16 edges ends more than 3% longer than its rest length (checked on
+    # the positions against the grid's analytic spans), without them many do.
+    nq = 40
+    rest, fi, fs = oracles.grid_sheet(nq, nq, size=1.0)
+    side = nq + 1
+    pin = np.zeros(len(rest))
+    pin[:side] = 1.0
+    idx = np.arange(len(rest)).reshape(side, side)
+    spans = np.concatenate([np.stack([idx[:, :-16].ravel(), idx[:, 16:].ravel()], 1),
+                            np.stack([idx[:-16, :].ravel(), idx[16:, :].ravel()], 1)])
+
+    def worst_span(limits):
+        params = ClothParams(substeps=4, stretch_limits=limits)
+        model = build_model(rest, fi, fs, np.full(len(rest), 0.3), pin, params)
+        state = model.new_state()
+        centre = np.array([0.5, -0.2, 0.55])
+        worst = 0.0
+        for f in range(30):
+            c0 = centre + [0.0, min(f, 20) * 0.02, 0.0]
+            c1 = centre + [0.0, min(f + 1, 20) * 0.02, 0.0]
+            caps = Capsules(a0=[c0], b0=[c0], a1=[c1], b1=[c1], radius_a=[0.15], radius_b=[0.15])
+            step(model, state, StepInputs(capsules=caps), 1 / 24, params)
+            x = state.positions_aos().astype(np.float64)
+            d = np.linalg.norm(x[spans[:, 0]] - x[spans[:, 1]], axis=1)
+            worst = max(worst, float(d.max() / (16 / nq)))
+        return worst
+
+    assert worst_span(True) < 1.03
+    assert worst_span(False) > 1.1
+
+
+def test_unilateral_distance_kernel_only_pulls_together():
+    p4 = np.array([0, 0, 0, 0, 3, 0, 0, 0, 10, 0, 0, 0, 10.5, 0, 0, 0], np.float32)
+    ab = np.array([0, 1, 2, 3], np.uint32)
+    coef = np.array([0.5, 0.5, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], np.float32)
+    kernels.solve_distance_fast4(p4, ab, coef, True)
+    assert np.allclose(p4[[0, 4]], [1.0, 2.0], atol=1e-5)   # 3 apart, limit 1: pulled to 1
+    assert np.allclose(p4[[8, 12]], [10.0, 10.5])            # 0.5 apart: left alone
