@@ -143,7 +143,14 @@ class DrapeClothSettings(PropertyGroup):
     pin_compliance: _compliance_property("Pin", 1e-3)
     tethers: BoolProperty(name="Tethers", description="Long-range attachments to the nearest pin: stop "
                           "free vertices from stretching away from pinned ones", default=True)
-    tether_scale: FloatProperty(name="Tether scale", description="Allowed tether length relative to rest",
+    stretch_limits: BoolProperty(name="Stretch limits",
+                                 description="Long-range limits along the cloth: points 2, 4, 8 and 16 edges "
+                                 "apart may not move farther apart than their rest distance along the surface "
+                                 "(times the tether scale). Stops stretching where a collider shoves the cloth "
+                                 "or it hangs over something, which tethers to the pins cannot see",
+                                 default=True)
+    tether_scale: FloatProperty(name="Tether scale",
+                                description="Allowed tether and stretch-limit length relative to rest",
                                 default=1.0, min=0.5, soft_max=1.5)
 
     # Collisions

@@ -115,8 +115,9 @@ def _draw_pins(self, context):
     col.prop_search(s, "pin_group", obj, "vertex_groups")
     col.prop(s, "pin_stiffness")
     col.prop(s, "tethers")
+    col.prop(s, "stretch_limits")
     sub = col.column()
-    sub.active = s.tethers
+    sub.active = s.tethers or s.stretch_limits
     sub.prop(s, "tether_stiffness")
     sub.prop(s, "tether_scale")
 

@@ -39,6 +39,7 @@ def cloth_params(settings, scene, solver):
         tether_damping=settings.tether_damping,
         tethers=settings.tethers,
         tether_scale=settings.tether_scale,
+        stretch_limits=settings.stretch_limits,
         pin_compliance=settings.pin_compliance,
         air_drag=settings.air_drag,
         drag_coefficient=settings.wind_drag,

@@ -14,6 +14,7 @@ drape.air_drag = 0.05
 drape.friction = 0.6
 drape.static_friction = 0.8
 drape.tethers = True
+drape.stretch_limits = True
 drape.tether_scale = 1.0
 drape.wind_drag = 0.9
 drape.wind_lift = 0.1

@@ -14,6 +14,7 @@ drape.air_drag = 0.05
 drape.friction = 0.9
 drape.static_friction = 1.1
 drape.tethers = True
+drape.stretch_limits = True
 drape.tether_scale = 1.6
 drape.wind_drag = 0.8
 drape.wind_lift = 0.1

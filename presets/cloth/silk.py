@@ -14,6 +14,7 @@ drape.air_drag = 0.2
 drape.friction = 0.2
 drape.static_friction = 0.3
 drape.tethers = True
+drape.stretch_limits = True
 drape.tether_scale = 1.0
 drape.wind_drag = 1.2
 drape.wind_lift = 0.5
