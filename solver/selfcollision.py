@@ -4,16 +4,11 @@ One `SelfCollision` per model. The step calls it twice:
 
 - ``detect(pos, vel, dt, gravity)`` once at step start. Every vertex's whole
   step is predicted (``vel * dt + gravity * dt**2``) and taken relative to the
-  rigid motion (translation + rotation) that fits the cloth's best: a rigid
-  motion closes no gap, so every contact test gives the same answer, and a
-  cloth carried or swung as a whole produces no candidates. Two triangles
-  more than two rings apart are a candidate pair when their corner boxes and
-  their bounding spheres come within the reach plus a bound on their relative
-  motion: a test of the pair alone, so the broad phases ("patch", the
-  default: small patches with their own reference motion and normal-cone
-  culling of flat neighbourhoods; "grid"; "bvh", see ``broad_phase``) find
-  the same candidates and the same contacts. Candidates are then tested
-  feature by feature (the narrow phase):
+  cloth's mean displacement, so a cloth carried along as a whole produces no
+  candidates. Triangles' swept boxes, fattened by half the thickness plus the
+  margin, go through a uniform grid (the broad phase; a BVH is kept for
+  comparison, see ``broad_phase``); surviving triangle pairs more than two
+  rings apart are tested feature by feature (the narrow phase):
 
   * point-point (regions set to ``MODE_POINT_POINT``), storing the normal at
     step start;
@@ -36,11 +31,12 @@ One `SelfCollision` per model. The step calls it twice:
 
 Exactly once: each triangle pair is visited once (canonical A < B, and, in
 the grid, only in the lowest cell both boxes overlap). A feature pair (a
-vertex and a triangle, two edges, two points) is met from every candidate
-pair of triangles around its features and is kept only from the lowest such
-pair (checked after the narrow phase, so it costs only for contacts).
-Triangle pairs within two rings (a corner of one equal or joined by an edge
-to a corner of the other) are skipped, so neighbours within two rings get no contacts; a pair that was
+vertex and a triangle, two edges, two points) is met from every pair of
+triangles around its features and is emitted only by the lowest such pair
+that is more than two rings apart and whose boxes overlap (checked after the
+distance test, so it costs only for contacts). Triangle pairs within two
+rings (a corner of one equal or joined by an edge to a corner of the other)
+are skipped, so neighbours within two rings get no contacts; a pair that was
 closer than the thickness at rest is only held at its rest distance.
 
 Regions: ``region`` gives every vertex a region id (one per cloth object after
@@ -85,8 +81,6 @@ __all__ = [
 # Cached contacts between two layers: vertex-triangle contacts kept per
 # vertex and facing layer (see cache_contacts).
 _CACHED_VT_PER_VERTEX = 3
-
-_BROAD = {"patch": _k.BROAD_PATCH, "grid": _k.BROAD_GRID, "bvh": _k.BROAD_BVH}
 
 MergedMeshes = namedtuple("MergedMeshes", "positions face_indices face_sizes region vertex_offset")
 
@@ -348,30 +342,16 @@ class SelfCollision:
         self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
         self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
             tri, self.tri_edges, len(self.edges), n, self._bvh_order, self.patch_size)
-        # Detection scratch: per-triangle and per-patch data, triangle boxes
-        # (grid, BVH), candidate pairs (grown on demand) and the exactly-once
-        # rule's list of alternative triangle pairs (at most the product of
-        # two vertices' triangle counts).
-        self._td = np.empty((nt, _k.TD_SIZE), dtype=np.float64)
-        self._pd = np.empty((len(self._pstart) - 1, _k.PD_SIZE), dtype=np.float64)
-        self._box = np.empty((nt, 6), dtype=np.float32)
-        self._pairs = np.empty((max(64, 4 * nt), 3), dtype=np.int32)
-        deg = int(np.diff(self.vtri_start).max()) if n else 0
-        self._scratch = np.empty((max(deg * deg, 4), 2), dtype=np.int32)
-        self._stats = np.zeros(4, dtype=np.int64)
 
     # ------------------------------------------------------------ contacts
 
     def _alloc(self, cap):
-        self._out_pair = np.empty((cap, 4), dtype=np.int32)
         self._out_vertex = np.empty((cap, 4), dtype=np.int32)
         self._out_kind = np.empty(cap, dtype=np.int8)
         self._out_normal = np.empty((cap, 3), dtype=np.float32)
         self._out_frame = np.empty(cap, dtype=np.int32)
         self._out_target = np.empty(cap, dtype=np.float32)
         self._out_friction = np.empty(cap, dtype=np.float32)
-        self._out_slot_delta = np.zeros((cap, 4, 3), dtype=np.float32)
-        self._out_slot_active = np.zeros(cap, dtype=np.uint8)
         self._capacity = cap
 
     def _set_contacts(self, count):
@@ -382,42 +362,30 @@ class SelfCollision:
         self.contact_frame = self._out_frame[:count]
         self.contact_target = self._out_target[:count]
         self.contact_friction = self._out_friction[:count]
-        self._slot_delta = self._out_slot_delta[:count]
-        self._slot_active = self._out_slot_active[:count]
-        self._vertex_slots = None   # the parallel solve's lists, built when first needed
+        self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
+        self._slot_active = np.zeros(count, dtype=np.uint8)
+        self._vertex_list, self._vertex_slot_start, self._vertex_slot = _k.build_vertex_slots(
+            self.contact_vertex, self.contact_kind, self.n)
 
-    def solve_args(self):
-        """The arguments after (pos, prev_pos) of
-        ``selfcollision_kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
-        which does what ``solve`` does single-threaded and can be called from
-        another njit function. The contact arrays change with every detect:
-        take them again after each ``detect`` (and after ``set_inv_mass``)."""
-        return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
-                self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._acc)
-
-    def _run_detect(self, pos, vel, dt, gravity, margin):
-        stats = self._stats
-        g = np.asarray(gravity, dtype=np.float64).reshape(3)
-        broad = _BROAD[self.broad_phase]
+    def _run_detect(self, pos, disp, margin):
+        stats = np.zeros(2, dtype=np.int64)
         while True:
-            count = _k.detect(pos, vel, float(dt), g[0], g[1], g[2], broad, self.rest, self.triangles,
-                              self.tri_edges, self.edges, self.edge_tris, self.tri_region, self.vtri_start,
-                              self.vtri, self.ring_start, self.ring, self.modes, self.thickness, self.friction,
-                              self.conservativeness, self.layers, np.float32(margin), self._pstart,
-                              self._ptris, self._pnstart, self._pnbr, np.float32(self.flat_cos),
-                              self._bvh_order, self._bvh_nodes, self._td, self._pd, self._box, self._pairs,
-                              self._scratch, self._out_vertex, self._out_kind, self._out_normal,
-                              self._out_frame, self._out_target, self._out_friction, self._out_pair, stats)
-            if count < 0:
-                raise _Error("self collision: positions or velocities contain NaN or Inf")
-            if stats[2] > len(self._pairs):
-                self._pairs = np.empty((int(stats[2] * 1.5) + 64, 3), dtype=np.int32)
-                continue
-            if stats[3] > self._capacity:
-                self._alloc(int(stats[3] * 1.5) + 64)
-                continue
-            break
+            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.edge_tris,
+                    self.tri_region, self.vtri_start, self.vtri, self.adj_start, self.adj,
+                    self.ring_start, self.ring, self.modes, self.thickness,
+                    self.friction, self.conservativeness, self.layers, np.float32(margin))
+            outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                    self._out_target, self._out_friction, stats)
+            if self.broad_phase == "patch":
+                count = _k.detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
+                                          np.float32(self.flat_cos), *outs)
+            elif self.broad_phase == "grid":
+                count = _k.detect_grid(*args, *outs)
+            else:
+                count = _k.detect_bvh(*args, self._bvh_order, self._bvh_nodes, *outs)
+            if count <= self._capacity:
+                break
+            self._alloc(int(count * 1.5) + 64)
         self.candidates = int(stats[0])
         self.narrow_pairs = int(stats[1])
         self._set_contacts(count)
@@ -440,7 +408,11 @@ class SelfCollision:
         t0 = time.perf_counter()
         self._check(pos, "pos")
         self._check(vel, "vel")
-        count = self._run_detect(pos, vel, dt, gravity, self.margin)
+        g = np.asarray(gravity, dtype=np.float32).reshape(3, 1)
+        disp = vel * np.float32(dt) + g * np.float32(dt * dt)
+        if not np.all(np.isfinite(disp)) or not np.all(np.isfinite(pos)):
+            raise _Error("self collision: positions or velocities contain NaN or Inf")
+        count = self._run_detect(pos, disp, self.margin)
         self.detect_ms = (time.perf_counter() - t0) * 1e3
         self.solve_ms = 0.0
         return count
@@ -457,11 +429,10 @@ class SelfCollision:
         if radius is None:
             radius = 4.0 * float(self.thickness.max())
         margin = max(float(radius) / float(self.thickness.min()) - 1.0, self.margin)
-        if vel is None:
-            vel, dt, gravity = np.zeros_like(pos), 0.0, (0.0, 0.0, 0.0)
-        self._check(vel, "vel")
+        disp = (np.zeros_like(pos) if vel is None else
+                vel * np.float32(dt) + np.asarray(gravity, np.float32).reshape(3, 1) * np.float32(dt * dt))
         self.cached = False
-        count = self._run_detect(pos, vel, dt, gravity, margin)
+        count = self._run_detect(pos, disp, margin)
         if between_regions:
             # Layered garments: keep only contacts across regions (the
             # layers), so the solve stays cheap; a cloth's own folds would
@@ -509,21 +480,28 @@ class SelfCollision:
     def clear_cache(self):
         self.cached = False
 
+    def solve_args(self):
+        """The arguments after (pos, prev_pos) of
+        ``selfcollision_kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
+        which does what ``solve`` does single-threaded and can be called from
+        another njit function (the compiled step does). The contact arrays
+        change with every detect: take them again after each ``detect``."""
+        return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
+                self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
+                self._slot_delta, self._slot_active, self._vertex_list, self._acc)
+
     def solve(self, pos, prev_pos):
         """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""
         if self.count == 0:
             return
         t0 = time.perf_counter()
+        args = (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
+                self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
+                self._slot_delta, self._slot_active, self._vertex_list)
         if self.parallel:
-            if self._vertex_slots is None:
-                self._vertex_slots = _k.build_vertex_slots(self.contact_vertex, self.contact_kind, self.n)
-            vertex_list, slot_start, slot = self._vertex_slots
-            _k.solve_parallel(pos, prev_pos, self.inv_mass, self.contact_vertex, self.contact_kind,
-                              self.contact_normal, self.contact_frame, self.triangles, self.contact_target,
-                              self.contact_friction, self._slot_delta, self._slot_active, vertex_list,
-                              slot_start, slot)
+            _k.solve_parallel(pos, prev_pos, *args, self._vertex_slot_start, self._vertex_slot)
         else:
-            _k.solve_serial(pos, prev_pos, *self.solve_args())
+            _k.solve_serial(pos, prev_pos, *args, self._acc)
         self.solve_ms += (time.perf_counter() - t0) * 1e3
 
     def contact_keys(self):

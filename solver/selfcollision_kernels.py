@@ -31,11 +31,6 @@ MODE_FULL = 2
 # beside it by at most this many thicknesses.
 VT_REACH = 1.0
 
-# Broad phases (SelfCollision's broad_phase).
-BROAD_PATCH = 0
-BROAD_GRID = 1
-BROAD_BVH = 2
-
 _JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
 
 
@@ -118,14 +113,14 @@ def _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
 
 
 @njit(**_JIT)
-def _frame(ax, ay, az, bx, by, bz, cx, cy, cz):
-    """Orthonormal frame (u, v, n) of triangle abc (u along ab, n its normal)."""
-    ux = bx - ax
-    uy = by - ay
-    uz = bz - az
-    wx = cx - ax
-    wy = cy - ay
-    wz = cz - az
+def _tri_frame(x, a, b, c):
+    """Orthonormal frame (u, v, n) of triangle abc at positions x (3, n)."""
+    ux = x[0, b] - x[0, a]
+    uy = x[1, b] - x[1, a]
+    uz = x[2, b] - x[2, a]
+    wx = x[0, c] - x[0, a]
+    wy = x[1, c] - x[1, a]
+    wz = x[2, c] - x[2, a]
     nx = uy * wz - uz * wy
     ny = uz * wx - ux * wz
     nz = ux * wy - uy * wx
@@ -145,273 +140,59 @@ def _frame(ax, ay, az, bx, by, bz, cx, cy, cz):
     return ux, uy, uz, vx, vy, vz, nx, ny, nz
 
 
-# ---------------------------------------------------------------- detection
-#
-# Hot loops here call only helpers that take scalars: a numba helper that
-# takes an array costs reference-count updates (atomic) on every call that
-# LLVM cannot remove once the helper branches, which made these loops tens
-# of times slower. Array reads and writes stay in the loop bodies.
-#
-# A triangle pair is a candidate when `_pair_near` says so. That test
-# depends only on the two triangles, not on how the broad phase found them or
-# on any reference motion, and it bounds every feature pair's distance and
-# closing motion from below: every feature pair that meets the contact rule
-# lies in a candidate pair, whichever broad phase runs, and the exactly-once
-# rule (`_canonical`) asks the same question of the alternatives.
-
-# Per-triangle data at step start (td columns): the box of its corners,
-# bounding sphere centre and radius, mean relative motion of the corners and
-# the corners' largest deviation from it, unit normal, smallest altitude.
-TD_LO = 0
-TD_HI = 3
-TD_C = 6
-TD_R = 9
-TD_M = 10
-TD_DEV = 13
-TD_N = 14
-TD_ALT = 17
-TD_SIZE = 20
-
-# Slack on every conservative reject: 1% + 1 um (rounding).
-_REL_SLACK = 1.01
-_ABS_SLACK = 1e-6
+# ---------------------------------------------------------------- broad phase helpers
 
 
 @njit(**_JIT)
-def _pair_near(alx, aly, alz, ahx, ahy, ahz, acx, acy, acz, ar, amx, amy, amz, adev,
-               blx, bly, blz, bhx, bhy, bhz, bcx, bcy, bcz, br, bmx, bmy, bmz, bdev, max_cons, max_reach):
-    """Whether triangles a and b are a candidate pair: some feature of one
-    may come within max_reach of one of the other during the step. Two lower
-    bounds on the distance of any of their feature pairs at step start (the
-    gap between their corner boxes, and between their bounding spheres)
-    against the reach plus a bound on the pair's relative motion (the
-    difference of the corners' mean motions plus both deviations, scaled by
-    the largest conservativeness), with slack for rounding."""
-    mx = amx - bmx
-    my = amy - bmy
-    mz = amz - bmz
-    lim = max_reach * _REL_SLACK + _ABS_SLACK + max_cons * (np.sqrt(mx * mx + my * my + mz * mz) + adev + bdev)
-    gx = max(blx - ahx, alx - bhx, 0.0)
-    gy = max(bly - ahy, aly - bhy, 0.0)
-    gz = max(blz - ahz, alz - bhz, 0.0)
-    if gx * gx + gy * gy + gz * gz > lim * lim:
-        return False
-    dx = acx - bcx
-    dy = acy - bcy
-    dz = acz - bcz
-    return np.sqrt(dx * dx + dy * dy + dz * dz) - ar - br <= lim
+def _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box):
+    """Fat swept boxes of the triangles, relative to the mean displacement.
 
-
-@njit(**_JIT)
-def _all_finite(x):
-    """No NaN or Inf in the float32 array x, from its bits (fastmath may
-    assume floats are finite, and so drop a float test once inlined)."""
-    bits = x.reshape(-1).view(np.uint32)
-    bad = 0
-    for i in range(bits.shape[0]):
-        bad |= (bits[i] & 0x7F800000) == 0x7F800000
-    return bad == 0
-
-
-@njit(**_JIT)
-def _relative_motion(pos, vel, dt, gx, gy, gz, rel):
-    """rel = the step's predicted displacement (vel dt + g dt^2) less the
-    rigid motion (translation + small rotation) that fits it best. False when
-    pos or vel hold NaN or Inf.
-
-    A rigid motion closes no gap: for displacements t + w x p, the closing
-    speed of two points along the line between them, (r_x - r_y).(x - y),
-    loses only (w x (x - y)).(x - y) = 0. So every contact test gives the same
-    answer with rel as with the displacement, while the motion bounds of the
-    broad phase shrink to what bends or stretches the cloth: a cape carried
-    or swung as a whole makes almost no candidates.
+    Returns the relative displacement (3, n) as well. box: (t, 6) out.
     """
-    if not (_all_finite(pos) and _all_finite(vel)):
-        return False
     n = pos.shape[1]
-    if n == 0:
-        return True
-    dt32 = np.float32(dt)
-    dt2 = np.float32(dt * dt)
-    ax = np.float32(gx) * dt2
-    ay = np.float32(gy) * dt2
-    az = np.float32(gz) * dt2
-    sx = 0.0
-    sy = 0.0
-    sz = 0.0
-    cx = 0.0
-    cy = 0.0
-    cz = 0.0
+    mx = 0.0
+    my = 0.0
+    mz = 0.0
     for i in range(n):
-        dx = vel[0, i] * dt32 + ax
-        dy = vel[1, i] * dt32 + ay
-        dz = vel[2, i] * dt32 + az
-        rel[0, i] = dx
-        rel[1, i] = dy
-        rel[2, i] = dz
-        sx += dx
-        sy += dy
-        sz += dz
-        cx += pos[0, i]
-        cy += pos[1, i]
-        cz += pos[2, i]
-    inv = 1.0 / n
-    mx = sx * inv
-    my = sy * inv
-    mz = sz * inv
-    cx *= inv
-    cy *= inv
-    cz *= inv
-    # Least-squares rotation w: (sum |p|^2 I - p p^T) w = sum p x r (p about the centre).
-    lx = 0.0
-    ly = 0.0
-    lz = 0.0
-    ixx = 0.0
-    iyy = 0.0
-    izz = 0.0
-    ixy = 0.0
-    ixz = 0.0
-    iyz = 0.0
+        mx += disp[0, i]
+        my += disp[1, i]
+        mz += disp[2, i]
+    if n > 0:
+        mx /= n
+        my /= n
+        mz /= n
+    rel = np.empty((3, n), np.float32)
     for i in range(n):
-        px = pos[0, i] - cx
-        py = pos[1, i] - cy
-        pz = pos[2, i] - cz
-        rx = rel[0, i] - mx
-        ry = rel[1, i] - my
-        rz = rel[2, i] - mz
-        lx += py * rz - pz * ry
-        ly += pz * rx - px * rz
-        lz += px * ry - py * rx
-        ixx += py * py + pz * pz
-        iyy += px * px + pz * pz
-        izz += px * px + py * py
-        ixy -= px * py
-        ixz -= px * pz
-        iyz -= py * pz
-    # Cramer's rule; a (near) singular tensor (a line of points) keeps w = 0.
-    c00 = iyy * izz - iyz * iyz
-    c01 = ixz * iyz - ixy * izz
-    c02 = ixy * iyz - ixz * iyy
-    det = ixx * c00 + ixy * c01 + ixz * c02
-    wx = 0.0
-    wy = 0.0
-    wz = 0.0
-    scale = ixx + iyy + izz
-    if det > 1e-9 * scale * scale * scale and scale > 0.0:
-        c11 = ixx * izz - ixz * ixz
-        c12 = ixy * ixz - ixx * iyz
-        c22 = ixx * iyy - ixy * ixy
-        wx = (c00 * lx + c01 * ly + c02 * lz) / det
-        wy = (c01 * lx + c11 * ly + c12 * lz) / det
-        wz = (c02 * lx + c12 * ly + c22 * lz) / det
-    for i in range(n):
-        px = pos[0, i] - cx
-        py = pos[1, i] - cy
-        pz = pos[2, i] - cz
-        rel[0, i] -= mx + (wy * pz - wz * py)
-        rel[1, i] -= my + (wz * px - wx * pz)
-        rel[2, i] -= mz + (wx * py - wy * px)
-    return True
-
-
-@njit(**_JIT)
-def _triangle_data(pos, rel, triangles, td):
+        rel[0, i] = disp[0, i] - mx
+        rel[1, i] = disp[1, i] - my
+        rel[2, i] = disp[2, i] - mz
     for t in range(triangles.shape[0]):
-        i0 = triangles[t, 0]
-        i1 = triangles[t, 1]
-        i2 = triangles[t, 2]
-        p0x = np.float64(pos[0, i0])
-        p0y = np.float64(pos[1, i0])
-        p0z = np.float64(pos[2, i0])
-        p1x = np.float64(pos[0, i1])
-        p1y = np.float64(pos[1, i1])
-        p1z = np.float64(pos[2, i1])
-        p2x = np.float64(pos[0, i2])
-        p2y = np.float64(pos[1, i2])
-        p2z = np.float64(pos[2, i2])
-        r0x = np.float64(rel[0, i0])
-        r0y = np.float64(rel[1, i0])
-        r0z = np.float64(rel[2, i0])
-        r1x = np.float64(rel[0, i1])
-        r1y = np.float64(rel[1, i1])
-        r1z = np.float64(rel[2, i1])
-        r2x = np.float64(rel[0, i2])
-        r2y = np.float64(rel[1, i2])
-        r2z = np.float64(rel[2, i2])
-        cx = (p0x + p1x + p2x) * (1.0 / 3.0)
-        cy = (p0y + p1y + p2y) * (1.0 / 3.0)
-        cz = (p0z + p1z + p2z) * (1.0 / 3.0)
-        mx = (r0x + r1x + r2x) * (1.0 / 3.0)
-        my = (r0y + r1y + r2y) * (1.0 / 3.0)
-        mz = (r0z + r1z + r2z) * (1.0 / 3.0)
-        r2 = max((p0x - cx) ** 2 + (p0y - cy) ** 2 + (p0z - cz) ** 2,
-                 (p1x - cx) ** 2 + (p1y - cy) ** 2 + (p1z - cz) ** 2,
-                 (p2x - cx) ** 2 + (p2y - cy) ** 2 + (p2z - cz) ** 2)
-        m2 = max((r0x - mx) ** 2 + (r0y - my) ** 2 + (r0z - mz) ** 2,
-                 (r1x - mx) ** 2 + (r1y - my) ** 2 + (r1z - mz) ** 2,
-                 (r2x - mx) ** 2 + (r2y - my) ** 2 + (r2z - mz) ** 2)
-        ux = p1x - p0x
-        uy = p1y - p0y
-        uz = p1z - p0z
-        wx = p2x - p0x
-        wy = p2y - p0y
-        wz = p2z - p0z
-        gx = p2x - p1x
-        gy = p2y - p1y
-        gz = p2z - p1z
-        nx = uy * wz - uz * wy
-        ny = uz * wx - ux * wz
-        nz = ux * wy - uy * wx
-        ln = np.sqrt(nx * nx + ny * ny + nz * nz)
-        emax = max(ux * ux + uy * uy + uz * uz, wx * wx + wy * wy + wz * wz, gx * gx + gy * gy + gz * gz)
-        alt = 0.0
-        if ln > 1e-30:
-            nx /= ln
-            ny /= ln
-            nz /= ln
-            alt = ln / np.sqrt(emax)
-        td[t, 0] = min(p0x, p1x, p2x)
-        td[t, 1] = min(p0y, p1y, p2y)
-        td[t, 2] = min(p0z, p1z, p2z)
-        td[t, 3] = max(p0x, p1x, p2x)
-        td[t, 4] = max(p0y, p1y, p2y)
-        td[t, 5] = max(p0z, p1z, p2z)
-        td[t, 6] = cx
-        td[t, 7] = cy
-        td[t, 8] = cz
-        td[t, 9] = np.sqrt(r2)
-        td[t, 10] = mx
-        td[t, 11] = my
-        td[t, 12] = mz
-        td[t, 13] = np.sqrt(m2)
-        td[t, 14] = nx
-        td[t, 15] = ny
-        td[t, 16] = nz
-        td[t, 17] = alt
-
-
-@njit(**_JIT)
-def _reach(region_thick, region_cons, margin):
-    max_reach = 0.0
-    max_cons = 0.0
-    for r in range(region_thick.shape[0]):
-        max_reach = max(max_reach, region_thick[r] * (1.0 + margin))
-        max_cons = max(max_cons, region_cons[r])
-    return max_reach, max_cons
-
-
-@njit(**_JIT)
-def _global_boxes(td, max_cons, max_reach, box):
-    """Each triangle's corner box grown by half the reach and its motion
-    relative to the global mean (0), float32 rounded outwards, for the grid
-    and the BVH: a candidate pair's boxes overlap (see _broad_patches)."""
-    half = 0.5 * (max_reach * _REL_SLACK + _ABS_SLACK)
-    for t in range(td.shape[0]):
-        e = half + max_cons * (np.sqrt(td[t, 10] ** 2 + td[t, 11] ** 2 + td[t, 12] ** 2) + td[t, 13])
-        e = e * (1.0 + 1e-6) + 1e-7
-        for a in range(3):
-            box[t, a] = td[t, a] - e
-            box[t, 3 + a] = td[t, 3 + a] + e
+        r = tri_region[t]
+        pad = region_pad[r]
+        cons = region_cons[r]
+        lo0 = lo1 = lo2 = np.inf
+        hi0 = hi1 = hi2 = -np.inf
+        for k in range(3):
+            v = triangles[t, k]
+            x0 = pos[0, v]
+            x1 = pos[1, v]
+            x2 = pos[2, v]
+            e0 = x0 + cons * rel[0, v]
+            e1 = x1 + cons * rel[1, v]
+            e2 = x2 + cons * rel[2, v]
+            lo0 = min(lo0, x0, e0)
+            lo1 = min(lo1, x1, e1)
+            lo2 = min(lo2, x2, e2)
+            hi0 = max(hi0, x0, e0)
+            hi1 = max(hi1, x1, e1)
+            hi2 = max(hi2, x2, e2)
+        box[t, 0] = lo0 - pad
+        box[t, 1] = lo1 - pad
+        box[t, 2] = lo2 - pad
+        box[t, 3] = hi0 + pad
+        box[t, 4] = hi1 + pad
+        box[t, 5] = hi2 + pad
+    return rel
 
 
 @njit(**_JIT)
@@ -473,18 +254,511 @@ def _grid_build(box, max_cells_factor):
 
 
 @njit(**_JIT)
-def _broad_grid(td, box, triangles, tri_region, mode_matrix, ring_start, ring, n, max_cons, max_reach,
-                pairs, stats):
-    """Candidate pairs from a uniform grid over the global balls (each pair
-    reported in the lowest cell both boxes overlap). Returns their count
-    (may exceed pairs' capacity)."""
+def _tri_spheres(pos, rel, triangles, sph):
+    """Per triangle: bounding sphere at step start (centroid, radius) and its
+    motion (mean relative displacement of the corners, largest deviation of a
+    corner from it). sph: (t, 8) out."""
+    for t in range(triangles.shape[0]):
+        i0 = triangles[t, 0]
+        i1 = triangles[t, 1]
+        i2 = triangles[t, 2]
+        cx = (pos[0, i0] + pos[0, i1] + pos[0, i2]) * (1.0 / 3.0)
+        cy = (pos[1, i0] + pos[1, i1] + pos[1, i2]) * (1.0 / 3.0)
+        cz = (pos[2, i0] + pos[2, i1] + pos[2, i2]) * (1.0 / 3.0)
+        mx = (rel[0, i0] + rel[0, i1] + rel[0, i2]) * (1.0 / 3.0)
+        my = (rel[1, i0] + rel[1, i1] + rel[1, i2]) * (1.0 / 3.0)
+        mz = (rel[2, i0] + rel[2, i1] + rel[2, i2]) * (1.0 / 3.0)
+        r2 = 0.0
+        m2 = 0.0
+        for k in range(3):
+            v = triangles[t, k]
+            dx = pos[0, v] - cx
+            dy = pos[1, v] - cy
+            dz = pos[2, v] - cz
+            r2 = max(r2, dx * dx + dy * dy + dz * dz)
+            dx = rel[0, v] - mx
+            dy = rel[1, v] - my
+            dz = rel[2, v] - mz
+            m2 = max(m2, dx * dx + dy * dy + dz * dz)
+        sph[t, 0] = cx
+        sph[t, 1] = cy
+        sph[t, 2] = cz
+        sph[t, 3] = np.sqrt(r2)
+        sph[t, 4] = mx
+        sph[t, 5] = my
+        sph[t, 6] = mz
+        sph[t, 7] = np.sqrt(m2)
+
+
+@njit(**_JIT)
+def _spheres_apart(sph, a, b, max_cons, max_reach):
+    """True when no feature of triangle a can come within max_reach of one of
+    b during the step: the gap between their bounding spheres exceeds the
+    reach plus their relative motion (scaled by the largest conservativeness).
+    A lower bound on every feature pair's distance and closing speed, so a
+    pair with a contact is never rejected (the exactly-once rule relies on
+    that); 1% + 1 um slack for rounding."""
+    dx = sph[a, 0] - sph[b, 0]
+    dy = sph[a, 1] - sph[b, 1]
+    dz = sph[a, 2] - sph[b, 2]
+    mx = sph[a, 4] - sph[b, 4]
+    my = sph[a, 5] - sph[b, 5]
+    mz = sph[a, 6] - sph[b, 6]
+    lo = np.sqrt(dx * dx + dy * dy + dz * dz) - sph[a, 3] - sph[b, 3]
+    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
+    return lo - max_cons * motion > max_reach * 1.01 + 1e-6
+
+
+@njit(**_JIT)
+def _tri_planes(pos, triangles, pl):
+    """Per triangle at step start: its plane and the three planes through its
+    edges perpendicular to it, outward (unit normal, offset): pl (t, 16)."""
+    for t in range(triangles.shape[0]):
+        i0 = triangles[t, 0]
+        i1 = triangles[t, 1]
+        i2 = triangles[t, 2]
+        ux = pos[0, i1] - pos[0, i0]
+        uy = pos[1, i1] - pos[1, i0]
+        uz = pos[2, i1] - pos[2, i0]
+        wx = pos[0, i2] - pos[0, i0]
+        wy = pos[1, i2] - pos[1, i0]
+        wz = pos[2, i2] - pos[2, i0]
+        nx = uy * wz - uz * wy
+        ny = uz * wx - ux * wz
+        nz = ux * wy - uy * wx
+        ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+        if ln < 1e-30:
+            for j in range(16):
+                pl[t, j] = 0.0   # degenerate: every plane test passes (no reject)
+            continue
+        nx /= ln
+        ny /= ln
+        nz /= ln
+        pl[t, 0] = nx
+        pl[t, 1] = ny
+        pl[t, 2] = nz
+        pl[t, 3] = nx * pos[0, i0] + ny * pos[1, i0] + nz * pos[2, i0]
+        for k in range(3):
+            a = triangles[t, k]
+            b = triangles[t, (k + 1) % 3]
+            ex = pos[0, b] - pos[0, a]
+            ey = pos[1, b] - pos[1, a]
+            ez = pos[2, b] - pos[2, a]
+            # e x n points out of the triangle for counter-clockwise corners about n
+            mx = ey * nz - ez * ny
+            my = ez * nx - ex * nz
+            mz = ex * ny - ey * nx
+            lm = np.sqrt(mx * mx + my * my + mz * mz)
+            if lm < 1e-30:
+                mx = my = mz = 0.0
+                lm = 1.0
+            mx /= lm
+            my /= lm
+            mz /= lm
+            pl[t, 4 + 4 * k] = mx
+            pl[t, 5 + 4 * k] = my
+            pl[t, 6 + 4 * k] = mz
+            pl[t, 7 + 4 * k] = mx * pos[0, a] + my * pos[1, a] + mz * pos[2, a]
+
+
+@njit(**_JIT)
+def _separated(pos, triangles, pl, A, B, lim):
+    """True when a plane of A (its own or one through an edge) has all of B
+    farther than lim on its outer side (its own plane: on either side): then
+    no point of B is within lim of A. Degenerate triangles never separate."""
+    b0 = triangles[B, 0]
+    b1 = triangles[B, 1]
+    b2 = triangles[B, 2]
+    nx = pl[A, 0]
+    ny = pl[A, 1]
+    nz = pl[A, 2]
+    d = pl[A, 3]
+    h0 = nx * pos[0, b0] + ny * pos[1, b0] + nz * pos[2, b0] - d
+    h1 = nx * pos[0, b1] + ny * pos[1, b1] + nz * pos[2, b1] - d
+    h2 = nx * pos[0, b2] + ny * pos[1, b2] + nz * pos[2, b2] - d
+    if (nx != 0.0 or ny != 0.0 or nz != 0.0) and (min(h0, h1, h2) > lim or max(h0, h1, h2) < -lim):
+        return True
+    for k in range(3):
+        mx = pl[A, 4 + 4 * k]
+        my = pl[A, 5 + 4 * k]
+        mz = pl[A, 6 + 4 * k]
+        if mx == 0.0 and my == 0.0 and mz == 0.0:
+            continue
+        d = pl[A, 7 + 4 * k]
+        if (mx * pos[0, b0] + my * pos[1, b0] + mz * pos[2, b0] - d > lim
+                and mx * pos[0, b1] + my * pos[1, b1] + mz * pos[2, b1] - d > lim
+                and mx * pos[0, b2] + my * pos[1, b2] + mz * pos[2, b2] - d > lim):
+            return True
+    return False
+
+
+@njit(**_JIT)
+def _pair_reach(sph, a, b, max_cons, max_reach):
+    """Distance at step start beyond which triangles a and b can make no
+    contact this step (the reach plus their relative motion bound, scaled by
+    the largest conservativeness), with 1% + 1 um slack for rounding."""
+    mx = sph[a, 4] - sph[b, 4]
+    my = sph[a, 5] - sph[b, 5]
+    mz = sph[a, 6] - sph[b, 6]
+    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
+    return (max_reach + max_cons * motion) * 1.01 + 1e-6
+
+
+# ---------------------------------------------------------------- narrow phase
+
+
+@njit(**_JIT)
+def _share_vertex(triangles, A, B):
+    for i in range(3):
+        for j in range(3):
+            if triangles[A, i] == triangles[B, j]:
+                return True
+    return False
+
+
+@njit(**_JIT)
+def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count,
+          kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
+    if count < out_kind.shape[0]:
+        out_kind[count] = kind
+        out_vertex[count, 0] = i0
+        out_vertex[count, 1] = i1
+        out_vertex[count, 2] = i2
+        out_vertex[count, 3] = i3
+        out_normal[count, 0] = n0
+        out_normal[count, 1] = n1
+        out_normal[count, 2] = n2
+        out_frame[count] = frame
+        out_target[count] = target
+        out_friction[count] = friction
+    return count + 1
+
+
+@njit(**_JIT)
+def _rest_vt(rest, v, a, b, c):
+    u, vv, w = _closest_on_triangle(
+        rest[v, 0], rest[v, 1], rest[v, 2], rest[a, 0], rest[a, 1], rest[a, 2],
+        rest[b, 0], rest[b, 1], rest[b, 2], rest[c, 0], rest[c, 1], rest[c, 2])
+    dx = rest[v, 0] - (u * rest[a, 0] + vv * rest[b, 0] + w * rest[c, 0])
+    dy = rest[v, 1] - (u * rest[a, 1] + vv * rest[b, 1] + w * rest[c, 1])
+    dz = rest[v, 2] - (u * rest[a, 2] + vv * rest[b, 2] + w * rest[c, 2])
+    return np.sqrt(dx * dx + dy * dy + dz * dz)
+
+
+@njit(**_JIT)
+def _rest_ee(rest, a, b, c, d):
+    s, t = _closest_segments(
+        rest[a, 0], rest[a, 1], rest[a, 2], rest[b, 0], rest[b, 1], rest[b, 2],
+        rest[c, 0], rest[c, 1], rest[c, 2], rest[d, 0], rest[d, 1], rest[d, 2])
+    dx = (rest[a, 0] + s * (rest[b, 0] - rest[a, 0])) - (rest[c, 0] + t * (rest[d, 0] - rest[c, 0]))
+    dy = (rest[a, 1] + s * (rest[b, 1] - rest[a, 1])) - (rest[c, 1] + t * (rest[d, 1] - rest[c, 1]))
+    dz = (rest[a, 2] + s * (rest[b, 2] - rest[a, 2])) - (rest[c, 2] + t * (rest[d, 2] - rest[c, 2]))
+    return np.sqrt(dx * dx + dy * dy + dz * dz)
+
+
+@njit(**_JIT)
+def _near_triangles(triangles, t, T, adj_start, adj):
+    """Triangles within two rings: a corner of one equals or neighbours a
+    corner of the other."""
+    for i in range(3):
+        v = triangles[t, i]
+        for k in range(3):
+            w = triangles[T, k]
+            if v == w:
+                return True
+            for j in range(adj_start[v], adj_start[v + 1]):
+                if adj[j] == w:
+                    return True
+    return False
+
+
+@njit(**_JIT)
+def _boxes_overlap(box, a, b):
+    return not (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
+                or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5])
+
+
+@njit(**_JIT)
+def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+    """P is the lowest triangle around v that shares no vertex with T (among
+    those the broad phase pairs with T)."""
+    for j in range(vtri_start[v], vtri_start[v + 1]):
+        t = vtri[j]
+        if t >= P:
+            return True
+        if not _near_triangles(triangles, t, T, adj_start, adj) and _boxes_overlap(box, t, T):
+            return False
+    return True
+
+
+@njit(**_JIT)
+def _pair_before(t1, t2, A, B):
+    lo = min(t1, t2)
+    hi = max(t1, t2)
+    return lo < A or (lo == A and hi < B)
+
+
+@njit(**_JIT)
+def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+    """(A, B) is the lowest pair of triangles around the two edges that
+    share no vertex."""
+    for i in range(edge_tris.shape[1]):
+        t1 = edge_tris[ea, i]
+        if t1 < 0:
+            continue
+        for j in range(edge_tris.shape[1]):
+            t2 = edge_tris[eb, j]
+            if t2 < 0:
+                continue
+            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+                    and _boxes_overlap(box, t1, t2)):
+                return False
+    return True
+
+
+@njit(**_JIT)
+def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+    for i in range(vtri_start[v], vtri_start[v + 1]):
+        t1 = vtri[i]
+        for j in range(vtri_start[w], vtri_start[w + 1]):
+            t2 = vtri[j]
+            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+                    and _boxes_overlap(box, t1, t2)):
+                return False
+    return True
+
+
+@njit(inline="always", **_JIT)
+def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
+                 region_thick, region_fric, region_cons, region_layer, tri_region, margin,
+                 vtri_start, vtri, box, adj_start, adj, sph,
+                 out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count):
+    """Every feature pair of triangles A and B (which share no vertex), each
+    emitted exactly once.
+
+    A feature pair is found from every pair of triangles around its features
+    that share no vertex; it is emitted only by the lowest such triangle pair
+    (canonical ordering, checked after the distance test so it costs only
+    for contacts). Features are excluded only when no such triangle pair
+    exists (a vertex on the triangle, edges sharing an end): neighbours two
+    rings apart still get contacts, so the cloth cannot crumple through itself
+    at the scale of one element; they rarely come within the thickness, and
+    pairs that were that close at rest are held at their rest distance.
+    """
+    rA = tri_region[A]
+    rB = tri_region[B]
+    thick = 0.5 * (region_thick[rA] + region_thick[rB])
+    fric = np.sqrt(region_fric[rA] * region_fric[rB])
+    cons = max(region_cons[rA], region_cons[rB])
+    reach = thick + margin * thick
+    layA = region_layer[rA]
+    layB = region_layer[rB]
+    layered = layA >= 0 and layB >= 0 and layA != layB
+    if mode == MODE_POINT_POINT:
+        for k in range(3):
+            v = triangles[A, k]
+            px = pos[0, v]
+            py = pos[1, v]
+            pz = pos[2, v]
+            for m in range(3):
+                w = triangles[B, m]
+                dx = px - pos[0, w]
+                dy = py - pos[1, w]
+                dz = pz - pos[2, w]
+                d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+                if d0 > 1e-12:
+                    nx, ny, nz = dx / d0, dy / d0, dz / d0
+                else:
+                    nx, ny, nz = 0.0, 0.0, 1.0
+                close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
+                if d0 < reach or d0 + cons * close < reach:
+                    if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+                        continue
+                    rx = rest[v, 0] - rest[w, 0]
+                    ry = rest[v, 1] - rest[w, 1]
+                    rz = rest[v, 2] - rest[w, 2]
+                    target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
+                    count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                                  count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
+        return count
+    for side in range(2):
+        T = B if side == 0 else A
+        P = A if side == 0 else B
+        a = triangles[T, 0]
+        b = triangles[T, 1]
+        c = triangles[T, 2]
+        for k in range(3):
+            v = triangles[P, k]
+            px = pos[0, v]
+            py = pos[1, v]
+            pz = pos[2, v]
+            # Cheap reject: the vertex against T's bounding sphere and motion.
+            sx = px - sph[T, 0]
+            sy = py - sph[T, 1]
+            sz = pz - sph[T, 2]
+            mx = rel[0, v] - sph[T, 4]
+            my = rel[1, v] - sph[T, 5]
+            mz = rel[2, v] - sph[T, 6]
+            if (np.sqrt(sx * sx + sy * sy + sz * sz) - sph[T, 3]
+                    - cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7]) > reach * 1.01 + 1e-6):
+                continue
+            u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
+                                             pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
+            qx = u * pos[0, a] + vv * pos[0, b] + ww * pos[0, c]
+            qy = u * pos[1, a] + vv * pos[1, b] + ww * pos[1, c]
+            qz = u * pos[2, a] + vv * pos[2, b] + ww * pos[2, c]
+            dx = px - qx
+            dy = py - qy
+            dz = pz - qz
+            d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+            if d0 > reach + cons * (abs(rel[0, v]) + abs(rel[1, v]) + abs(rel[2, v])
+                                    + abs(rel[0, a]) + abs(rel[1, a]) + abs(rel[2, a])
+                                    + abs(rel[0, b]) + abs(rel[1, b]) + abs(rel[2, b])
+                                    + abs(rel[0, c]) + abs(rel[1, c]) + abs(rel[2, c])):
+                continue
+            ux_, uy_, uz_, vx_, vy_, vz_, tnx, tny, tnz = _tri_frame(pos, a, b, c)
+            if d0 > 1e-12:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
+            else:
+                nx, ny, nz = tnx, tny, tnz
+            rqx = u * rel[0, a] + vv * rel[0, b] + ww * rel[0, c]
+            rqy = u * rel[1, a] + vv * rel[1, b] + ww * rel[1, c]
+            rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
+            close = (rel[0, v] - rqx) * nx + (rel[1, v] - rqy) * ny + (rel[2, v] - rqz) * nz
+            if d0 < reach or d0 + cons * close < reach:
+                if not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+                    continue
+                if layered:
+                    # Outer layer (higher order) stays on the normal side of the inner layer.
+                    sgn = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
+                else:
+                    h = dx * tnx + dy * tny + dz * tnz
+                    if h == 0.0:
+                        # In the plane: it came from the side it is moving away from.
+                        h = -((rel[0, v] - rqx) * tnx + (rel[1, v] - rqy) * tny + (rel[2, v] - rqz) * tnz)
+                    sgn = 1.0 if h >= 0.0 else -1.0
+                target = min(thick, _rest_vt(rest, v, a, b, c))
+                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                              count, KIND_VERTEX_TRIANGLE, v, a, b, c, sgn, 0.0, 0.0, T, target, fric)
+    if mode != MODE_FULL:
+        return count
+    # edge-edge
+    for ka in range(3):
+        ea = tri_edges[A, ka]
+        a = edges[ea, 0]
+        b = edges[ea, 1]
+        for kb in range(3):
+            eb = tri_edges[B, kb]
+            c = edges[eb, 0]
+            d = edges[eb, 1]
+            # Cheap reject: the edges' bounding spheres and motions.
+            sx = 0.5 * ((pos[0, a] + pos[0, b]) - (pos[0, c] + pos[0, d]))
+            sy = 0.5 * ((pos[1, a] + pos[1, b]) - (pos[1, c] + pos[1, d]))
+            sz = 0.5 * ((pos[2, a] + pos[2, b]) - (pos[2, c] + pos[2, d]))
+            h1x = pos[0, b] - pos[0, a]
+            h1y = pos[1, b] - pos[1, a]
+            h1z = pos[2, b] - pos[2, a]
+            h2x = pos[0, d] - pos[0, c]
+            h2y = pos[1, d] - pos[1, c]
+            h2z = pos[2, d] - pos[2, c]
+            mx = 0.5 * ((rel[0, a] + rel[0, b]) - (rel[0, c] + rel[0, d]))
+            my = 0.5 * ((rel[1, a] + rel[1, b]) - (rel[1, c] + rel[1, d]))
+            mz = 0.5 * ((rel[2, a] + rel[2, b]) - (rel[2, c] + rel[2, d]))
+            g1x = rel[0, b] - rel[0, a]
+            g1y = rel[1, b] - rel[1, a]
+            g1z = rel[2, b] - rel[2, a]
+            g2x = rel[0, d] - rel[0, c]
+            g2y = rel[1, d] - rel[1, c]
+            g2z = rel[2, d] - rel[2, c]
+            lo = (np.sqrt(sx * sx + sy * sy + sz * sz) - 0.5 * (np.sqrt(h1x * h1x + h1y * h1y + h1z * h1z)
+                                                               + np.sqrt(h2x * h2x + h2y * h2y + h2z * h2z)))
+            mot = np.sqrt(mx * mx + my * my + mz * mz) + 0.5 * (np.sqrt(g1x * g1x + g1y * g1y + g1z * g1z)
+                                                              + np.sqrt(g2x * g2x + g2y * g2y + g2z * g2z))
+            if lo - cons * mot > reach * 1.01 + 1e-6:
+                continue
+            s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
+                                     pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
+            dx = (pos[0, a] + s * (pos[0, b] - pos[0, a])) - (pos[0, c] + t * (pos[0, d] - pos[0, c]))
+            dy = (pos[1, a] + s * (pos[1, b] - pos[1, a])) - (pos[1, c] + t * (pos[1, d] - pos[1, c]))
+            dz = (pos[2, a] + s * (pos[2, b] - pos[2, a])) - (pos[2, c] + t * (pos[2, d] - pos[2, c]))
+            d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+            rdx = (rel[0, a] + s * (rel[0, b] - rel[0, a])) - (rel[0, c] + t * (rel[0, d] - rel[0, c]))
+            rdy = (rel[1, a] + s * (rel[1, b] - rel[1, a])) - (rel[1, c] + t * (rel[1, d] - rel[1, c]))
+            rdz = (rel[2, a] + s * (rel[2, b] - rel[2, a])) - (rel[2, c] + t * (rel[2, d] - rel[2, c]))
+            if d0 > 1e-12:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
+            else:
+                # Crossing edges: the direction across both.
+                e1x = pos[0, b] - pos[0, a]
+                e1y = pos[1, b] - pos[1, a]
+                e1z = pos[2, b] - pos[2, a]
+                e2x = pos[0, d] - pos[0, c]
+                e2y = pos[1, d] - pos[1, c]
+                e2z = pos[2, d] - pos[2, c]
+                nx = e1y * e2z - e1z * e2y
+                ny = e1z * e2x - e1x * e2z
+                nz = e1x * e2y - e1y * e2x
+                ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+                if ln < 1e-20:
+                    continue
+                nx /= ln
+                ny /= ln
+                nz /= ln
+            close = rdx * nx + rdy * ny + rdz * nz
+            if d0 < reach or d0 + cons * close < reach:
+                if not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+                    continue
+                ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = _tri_frame(
+                    pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
+                if layered:
+                    # Edge of A outside B's layer: the normal points the way A's
+                    # layer lies from B's (A's face normal, with the layer's sign).
+                    sgn = 1.0 if layA > layB else -1.0
+                    _, _, _, _, _, _, bnx, bny, bnz = _tri_frame(
+                        pos, triangles[B, 0], triangles[B, 1], triangles[B, 2])
+                    if (nx * bnx + ny * bny + nz * bnz) * sgn < 0.0:
+                        nx, ny, nz = -nx, -ny, -nz
+                # Stored in A's frame, so a cached contact turns with the cloth.
+                cu = nx * ux_ + ny * uy_ + nz * uz_
+                cv = nx * vx_ + ny * vy_ + nz * vz_
+                cn = nx * fnx + ny * fny + nz * fnz
+                target = min(thick, _rest_ee(rest, a, b, c, d))
+                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+                              count, KIND_EDGE_EDGE, a, b, c, d, cu, cv, cn, A, target, fric)
+    return count
+
+
+@njit(**_JIT)
+def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+                vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+                out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
+    """Broad phase (uniform grid) + narrow phase. Returns the number of contacts
+    found (may exceed the out arrays' capacity: then call again with more room).
+
+    stats[0] = candidate pairs whose boxes overlap, stats[1] = narrow-phase pairs.
+    """
     nt = triangles.shape[0]
+    n = pos.shape[1]
+    region_pad = np.empty(region_thick.shape[0], np.float32)
+    for r in range(region_thick.shape[0]):
+        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
+    box = np.empty((nt, 6), np.float32)
+    rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
     counts, items, cmin, cmax, dims = _grid_build(box, 4)
+    lo0 = np.inf
+    lo1 = np.inf
+    lo2 = np.inf
+    for i in range(nt):
+        lo0 = min(lo0, box[i, 0])
+        lo1 = min(lo1, box[i, 1])
+        lo2 = min(lo2, box[i, 2])
     mark = np.zeros(n, np.int64)
     stamped = -1
-    npairs = 0
-    tested = 0
-    cap = pairs.shape[0]
+    count = 0
+    overlaps = 0
+    narrow = 0
     for A in range(nt):
         rA = tri_region[A]
         for cz in range(cmin[A, 2], cmax[A, 2] + 1):
@@ -498,9 +772,11 @@ def _broad_grid(td, box, triangles, tri_region, mode_matrix, ring_start, ring, n
                         if (box[A, 0] > box[B, 3] or box[B, 0] > box[A, 3] or box[A, 1] > box[B, 4]
                                 or box[B, 1] > box[A, 4] or box[A, 2] > box[B, 5] or box[B, 2] > box[A, 5]):
                             continue
+                        # Report the pair only in the lowest cell both overlap.
                         if (max(cmin[A, 0], cmin[B, 0]) != cx or max(cmin[A, 1], cmin[B, 1]) != cy
                                 or max(cmin[A, 2], cmin[B, 2]) != cz):
                             continue
+                        overlaps += 1
                         rB = tri_region[B]
                         mode = mode_matrix[max(rA, rB), min(rA, rB)]
                         if mode == MODE_OFF:
@@ -512,20 +788,18 @@ def _broad_grid(td, box, triangles, tri_region, mode_matrix, ring_start, ring, n
                         if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
                                 or mark[triangles[B, 2]] == A + 1):
                             continue
-                        tested += 1
-                        if not _pair_near(td[A, 0], td[A, 1], td[A, 2], td[A, 3], td[A, 4], td[A, 5], td[A, 6],
-                                          td[A, 7], td[A, 8], td[A, 9], td[A, 10], td[A, 11], td[A, 12], td[A, 13],
-                                          td[B, 0], td[B, 1], td[B, 2], td[B, 3], td[B, 4], td[B, 5], td[B, 6],
-                                          td[B, 7], td[B, 8], td[B, 9], td[B, 10], td[B, 11], td[B, 12], td[B, 13],
-                                          max_cons, max_reach):
-                            continue
-                        if npairs < cap:
-                            pairs[npairs, 0] = A
-                            pairs[npairs, 1] = B
-                            pairs[npairs, 2] = mode
-                        npairs += 1
-    stats[0] = tested
-    return npairs
+                        narrow += 1
+                        count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                             edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                             tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
+                                             out_vertex, out_kind, out_normal, out_frame,
+                                             out_target, out_friction, count)
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
+
+
+# ---------------------------------------------------------------- BVH broad phase (for comparison)
 
 
 @njit(**_JIT)
@@ -552,21 +826,32 @@ def bvh_refit(order, box, node_box, n_leaves):
 
 
 @njit(**_JIT)
-def _broad_bvh(td, box, order, node_box, triangles, tri_region, mode_matrix, ring_start, ring, n,
-               max_cons, max_reach, pairs, stats):
-    """Candidate pairs from a refitted BVH over the global balls (built once at rest)."""
+def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+               vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+               order, node_box, out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
+               stats):
+    """Same contract as detect_grid, with a refitted BVH (built once at rest)."""
     nt = triangles.shape[0]
+    n = pos.shape[1]
+    region_pad = np.empty(region_thick.shape[0], np.float32)
+    for r in range(region_thick.shape[0]):
+        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
+    box = np.empty((nt, 6), np.float32)
+    rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
     bvh_refit(order, box, node_box, nt)
     size = node_box.shape[0]
     first_leaf = size - nt
     stack = np.empty(128, np.int64)
     mark = np.zeros(n, np.int64)
     stamped = -1
-    npairs = 0
-    tested = 0
-    cap = pairs.shape[0]
+    count = 0
+    overlaps = 0
+    narrow = 0
     for A in range(nt):
         rA = tri_region[A]
+        sp = 0
         stack[0] = 0
         sp = 1
         while sp > 0:
@@ -580,6 +865,7 @@ def _broad_bvh(td, box, order, node_box, triangles, tri_region, mode_matrix, rin
                 B = order[node - first_leaf]
                 if B <= A:
                     continue
+                overlaps += 1
                 rB = tri_region[B]
                 mode = mode_matrix[max(rA, rB), min(rA, rB)]
                 if mode == MODE_OFF:
@@ -591,18 +877,12 @@ def _broad_bvh(td, box, order, node_box, triangles, tri_region, mode_matrix, rin
                 if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
                         or mark[triangles[B, 2]] == A + 1):
                     continue
-                tested += 1
-                if not _pair_near(td[A, 0], td[A, 1], td[A, 2], td[A, 3], td[A, 4], td[A, 5], td[A, 6],
-                                  td[A, 7], td[A, 8], td[A, 9], td[A, 10], td[A, 11], td[A, 12], td[A, 13],
-                                  td[B, 0], td[B, 1], td[B, 2], td[B, 3], td[B, 4], td[B, 5], td[B, 6],
-                                  td[B, 7], td[B, 8], td[B, 9], td[B, 10], td[B, 11], td[B, 12], td[B, 13],
-                                  max_cons, max_reach):
-                    continue
-                if npairs < cap:
-                    pairs[npairs, 0] = A
-                    pairs[npairs, 1] = B
-                    pairs[npairs, 2] = mode
-                npairs += 1
+                narrow += 1
+                count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                     edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                     tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
+                                             out_vertex, out_kind, out_normal, out_frame,
+                                     out_target, out_friction, count)
             else:
                 L = 2 * node + 1
                 if L + 1 < size:
@@ -610,782 +890,9 @@ def _broad_bvh(td, box, order, node_box, triangles, tri_region, mode_matrix, rin
                     sp += 1
                 stack[sp] = L
                 sp += 1
-    stats[0] = tested
-    return npairs
-
-
-# Patch broad phase (default). Triangles are grouped once into small
-# connected patches (breadth-first over shared edges). Every step each patch
-# takes its own reference motion M (the mean of its triangles'), and each of
-# its triangles a ball: its bounding sphere widened by half the reach and by
-# its motion relative to M. Two triangles of patches p and q can be a
-# candidate only if their balls come within cons |M_p - M_q| of each other,
-# so a patch is tested against another through the box around its balls:
-# a cloth pushed in one place by a collider moves its patches apart from the
-# global mean, not from their neighbours, and makes few candidates. Patch
-# pairs are found by sweep and prune on x over those boxes grown by
-# cons |M_p| (the global mean is 0), which contains every pair the exact
-# test keeps.
-#
-# A patch with itself, or two patches sharing a vertex, whose union is flat
-# (all normals within a cone) is a height field over the cone's axis: its
-# triangles more than two rings apart are at least one triangle altitude
-# apart, so when that altitude (tilted) exceeds the contact distance plus the
-# patches' relative motion the whole pair is skipped. That removes the
-# neighbour pairs that otherwise dominate the cost on smooth cloth; folds,
-# separate layers and separate objects are never skipped.
-PD_LO = 0
-PD_HI = 3
-PD_M = 6
-PD_DEV = 9
-PD_AXIS = 10
-PD_COS = 13
-PD_ALT = 14
-PD_SIZE = 16
-
-
-@njit(**_JIT)
-def _broad_patches(td, triangles, tri_region, mode_matrix, ring_start, ring, n, pstart, ptris, nstart, nbr,
-                   flat_cos, max_cons, max_reach, pd, pairs, stats):
-    npatch = pstart.shape[0] - 1
-    half = 0.5 * (max_reach * _REL_SLACK + _ABS_SLACK)
-    slo = np.empty(npatch, np.float64)
-    for p in range(npatch):
-        j0 = pstart[p]
-        j1 = pstart[p + 1]
-        Mx = 0.0
-        My = 0.0
-        Mz = 0.0
-        ax = 0.0
-        ay = 0.0
-        az = 0.0
-        amin = np.inf
-        for j in range(j0, j1):
-            t = ptris[j]
-            Mx += td[t, 10]
-            My += td[t, 11]
-            Mz += td[t, 12]
-            ax += td[t, 14]
-            ay += td[t, 15]
-            az += td[t, 16]
-            amin = min(amin, td[t, 17])
-        inv = 1.0 / max(j1 - j0, 1)
-        Mx *= inv
-        My *= inv
-        Mz *= inv
-        la = np.sqrt(ax * ax + ay * ay + az * az)
-        cmin = -1.0
-        if la > 1e-30:
-            ax /= la
-            ay /= la
-            az /= la
-            cmin = 1.0
-        lo0 = lo1 = lo2 = np.inf
-        hi0 = hi1 = hi2 = -np.inf
-        dev = 0.0
-        for j in range(j0, j1):
-            t = ptris[j]
-            if la > 1e-30:
-                cmin = min(cmin, ax * td[t, 14] + ay * td[t, 15] + az * td[t, 16])
-            dx = td[t, 10] - Mx
-            dy = td[t, 11] - My
-            dz = td[t, 12] - Mz
-            d = np.sqrt(dx * dx + dy * dy + dz * dz) + td[t, 13]
-            dev = max(dev, d)
-            e = half + max_cons * d
-            td[t, 18] = e
-            lo0 = min(lo0, td[t, 0] - e)
-            lo1 = min(lo1, td[t, 1] - e)
-            lo2 = min(lo2, td[t, 2] - e)
-            hi0 = max(hi0, td[t, 3] + e)
-            hi1 = max(hi1, td[t, 4] + e)
-            hi2 = max(hi2, td[t, 5] + e)
-        pd[p, 0] = lo0
-        pd[p, 1] = lo1
-        pd[p, 2] = lo2
-        pd[p, 3] = hi0
-        pd[p, 4] = hi1
-        pd[p, 5] = hi2
-        pd[p, 6] = Mx
-        pd[p, 7] = My
-        pd[p, 8] = Mz
-        pd[p, 9] = dev
-        pd[p, 10] = ax
-        pd[p, 11] = ay
-        pd[p, 12] = az
-        pd[p, 13] = cmin
-        pd[p, 14] = amin
-        # growth for the sweep: cons |M_p - 0|, rounded up
-        pd[p, 15] = (max_cons * np.sqrt(Mx * Mx + My * My + Mz * Mz)) * (1.0 + 1e-9) + 1e-12
-        slo[p] = lo0 - pd[p, 15]
-    order = np.argsort(slo)
-    partner = np.empty(npatch, np.int64)
-    plim = np.empty(npatch, np.float64)
-    pbeg = np.empty(npatch + 1, np.int64)
-    blist = np.empty(triangles.shape[0], np.int64)
-    mark = np.zeros(n, np.int64)
-    npairs = 0
-    tested = 0
-    cap = pairs.shape[0]
-    for ii in range(npatch):
-        p = order[ii]
-        gp = pd[p, 15]
-        # The patches p may meet (itself first), each with the triangles of
-        # it that come within reach of p's box.
-        npart = 0
-        nb = 0
-        for jj in range(ii, npatch):
-            q = order[jj]
-            if jj > ii:
-                gq = pd[q, 15]
-                g = gp + gq
-                if pd[q, 0] - gq > pd[p, 3] + gp:
-                    break
-                if (pd[q, 1] > pd[p, 4] + g or pd[p, 1] > pd[q, 4] + g or pd[q, 2] > pd[p, 5] + g
-                        or pd[p, 2] > pd[q, 5] + g or pd[q, 0] > pd[p, 3] + g or pd[p, 0] > pd[q, 3] + g):
-                    continue
-            # The relative motion of the two references, and the boxes' gap.
-            dmx = pd[p, 6] - pd[q, 6]
-            dmy = pd[p, 7] - pd[q, 7]
-            dmz = pd[p, 8] - pd[q, 8]
-            dm = np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
-            lim = max_cons * dm * (1.0 + 1e-9) + 1e-12
-            if p != q:
-                gx = max(pd[q, 0] - pd[p, 3], pd[p, 0] - pd[q, 3], 0.0)
-                gy = max(pd[q, 1] - pd[p, 4], pd[p, 1] - pd[q, 4], 0.0)
-                gz = max(pd[q, 2] - pd[p, 5], pd[p, 2] - pd[q, 5], 0.0)
-                if gx * gx + gy * gy + gz * gz > lim * lim:
-                    continue
-            adjacent = p == q
-            if not adjacent:
-                for j in range(nstart[p], nstart[p + 1]):
-                    if nbr[j] == q:
-                        adjacent = True
-                        break
-            if adjacent and pd[p, 13] > 0.0 and pd[q, 13] > 0.0:
-                # Flat union: one cone around the mean of the two axes.
-                bx = pd[p, 10] + pd[q, 10]
-                by = pd[p, 11] + pd[q, 11]
-                bz = pd[p, 12] + pd[q, 12]
-                lb = np.sqrt(bx * bx + by * by + bz * bz)
-                if lb > 1e-20:
-                    bx /= lb
-                    by /= lb
-                    bz /= lb
-                    cp = min(bx * pd[p, 10] + by * pd[p, 11] + bz * pd[p, 12], 1.0)
-                    cq = min(bx * pd[q, 10] + by * pd[q, 11] + bz * pd[q, 12], 1.0)
-                    # cos(a + b) = cos a cos b - sin a sin b, per side
-                    cpp = pd[p, 13]
-                    cqq = pd[q, 13]
-                    c1 = cp * cpp - np.sqrt(max(0.0, 1.0 - cp * cp)) * np.sqrt(max(0.0, 1.0 - cpp * cpp))
-                    c2 = cq * cqq - np.sqrt(max(0.0, 1.0 - cq * cq)) * np.sqrt(max(0.0, 1.0 - cqq * cqq))
-                    cu = min(c1, c2)
-                    if cu >= flat_cos:
-                        motion = pd[p, 9] + pd[q, 9] + dm
-                        if min(pd[p, 14], pd[q, 14]) * cu > max_reach + max_cons * motion:
-                            continue
-            pbeg[npart] = nb
-            if p != q:
-                for j in range(pstart[q], pstart[q + 1]):
-                    b = ptris[j]
-                    e = td[b, 18]
-                    gx = max(pd[p, 0] - td[b, 3] - e, td[b, 0] - e - pd[p, 3], 0.0)
-                    gy = max(pd[p, 1] - td[b, 4] - e, td[b, 1] - e - pd[p, 4], 0.0)
-                    gz = max(pd[p, 2] - td[b, 5] - e, td[b, 2] - e - pd[p, 5], 0.0)
-                    if gx * gx + gy * gy + gz * gz <= lim * lim:
-                        blist[nb] = b
-                        nb += 1
-                if nb == pbeg[npart]:
-                    continue
-            partner[npart] = q
-            plim[npart] = lim
-            npart += 1
-        pbeg[npart] = nb
-        if npart == 0:
-            continue
-        for ja in range(pstart[p], pstart[p + 1]):
-            a = ptris[ja]
-            for q_ in range(ring_start[a], ring_start[a + 1]):
-                mark[ring[q_]] = a + 1
-            rA = tri_region[a]
-            for k in range(npart):
-                q = partner[k]
-                if q == p:
-                    j0 = ja + 1
-                    j1 = pstart[p + 1]
-                else:
-                    lim = plim[k]
-                    e = td[a, 18]
-                    gx = max(pd[q, 0] - td[a, 3] - e, td[a, 0] - e - pd[q, 3], 0.0)
-                    gy = max(pd[q, 1] - td[a, 4] - e, td[a, 1] - e - pd[q, 4], 0.0)
-                    gz = max(pd[q, 2] - td[a, 5] - e, td[a, 2] - e - pd[q, 5], 0.0)
-                    if gx * gx + gy * gy + gz * gz > lim * lim:
-                        continue
-                    j0 = pbeg[k]
-                    j1 = pbeg[k + 1]
-                for jb in range(j0, j1):
-                    b = ptris[jb] if q == p else blist[jb]
-                    if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
-                            or mark[triangles[b, 2]] == a + 1):
-                        continue
-                    rB = tri_region[b]
-                    mode = mode_matrix[max(rA, rB), min(rA, rB)]
-                    if mode == MODE_OFF:
-                        continue
-                    tested += 1
-                    if not _pair_near(td[a, 0], td[a, 1], td[a, 2], td[a, 3], td[a, 4], td[a, 5], td[a, 6],
-                                      td[a, 7], td[a, 8], td[a, 9], td[a, 10], td[a, 11], td[a, 12], td[a, 13],
-                                      td[b, 0], td[b, 1], td[b, 2], td[b, 3], td[b, 4], td[b, 5], td[b, 6],
-                                      td[b, 7], td[b, 8], td[b, 9], td[b, 10], td[b, 11], td[b, 12], td[b, 13],
-                                      max_cons, max_reach):
-                        continue
-                    if npairs < cap:
-                        pairs[npairs, 0] = min(a, b)
-                        pairs[npairs, 1] = max(a, b)
-                        pairs[npairs, 2] = mode
-                    npairs += 1
-    stats[0] = tested
-    return npairs
-
-
-
-@njit(**_JIT)
-def _narrow(pairs, npairs, pos, rel, rest, triangles, tri_edges, edges, td, tri_region, region_thick,
-            region_fric, region_cons, region_layer, margin, max_cons, max_reach,
-            out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, out_pair, stats):
-    """Every feature pair of the candidate triangle pairs that meets the
-    contact rule, written to the out arrays with the triangle pair that found
-    it (out_pair: A, B, and the vertex's and triangle's or the two edges'
-    ids) for `_canonical`. Returns the count (may exceed the capacity).
-
-    A pair first goes through a separating-plane reject: each triangle's
-    plane and its three edge planes (computed once per triangle, when first
-    needed) against the other's corners, limit = reach + relative motion
-    bound. That rejects in-plane neighbours three rings apart that the
-    sphere test cannot.
-    """
-    nt = triangles.shape[0]
-    pl = np.empty((nt, 16), np.float64)
-    have = np.zeros(nt, np.uint8)
-    cap = out_kind.shape[0]
-    count = 0
-    narrow = 0
-    for ip in range(npairs):
-        A = pairs[ip, 0]
-        B = pairs[ip, 1]
-        mode = pairs[ip, 2]
-        # Planes of A and B at step start (once per triangle).
-        for side in range(2):
-            t = A if side == 0 else B
-            if have[t] != 0:
-                continue
-            have[t] = 1
-            nx = td[t, 14]
-            ny = td[t, 15]
-            nz = td[t, 16]
-            i0 = triangles[t, 0]
-            pl[t, 0] = nx
-            pl[t, 1] = ny
-            pl[t, 2] = nz
-            pl[t, 3] = nx * pos[0, i0] + ny * pos[1, i0] + nz * pos[2, i0]
-            if nx == 0.0 and ny == 0.0 and nz == 0.0:
-                for j in range(4, 16):
-                    pl[t, j] = 0.0   # degenerate: no plane separates
-                continue
-            for k in range(3):
-                a = triangles[t, k]
-                b = triangles[t, (k + 1) % 3]
-                ex = pos[0, b] - pos[0, a]
-                ey = pos[1, b] - pos[1, a]
-                ez = pos[2, b] - pos[2, a]
-                # e x n points out of the triangle for counter-clockwise corners about n
-                mx = ey * nz - ez * ny
-                my = ez * nx - ex * nz
-                mz = ex * ny - ey * nx
-                lm = np.sqrt(mx * mx + my * my + mz * mz)
-                if lm < 1e-30:
-                    mx = my = mz = 0.0
-                    lm = 1.0
-                mx /= lm
-                my /= lm
-                mz /= lm
-                pl[t, 4 + 4 * k] = mx
-                pl[t, 5 + 4 * k] = my
-                pl[t, 6 + 4 * k] = mz
-                pl[t, 7 + 4 * k] = mx * pos[0, a] + my * pos[1, a] + mz * pos[2, a]
-        # Distance at step start beyond which A and B can make no contact.
-        dmx = td[A, 10] - td[B, 10]
-        dmy = td[A, 11] - td[B, 11]
-        dmz = td[A, 12] - td[B, 12]
-        motion = np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz) + td[A, 13] + td[B, 13]
-        lim = (max_reach + max_cons * motion) * _REL_SLACK + _ABS_SLACK
-        separated = False
-        for side in range(2):
-            S = A if side == 0 else B
-            O = B if side == 0 else A
-            o0 = triangles[O, 0]
-            o1 = triangles[O, 1]
-            o2 = triangles[O, 2]
-            x0 = pos[0, o0]
-            y0 = pos[1, o0]
-            z0 = pos[2, o0]
-            x1 = pos[0, o1]
-            y1 = pos[1, o1]
-            z1 = pos[2, o1]
-            x2 = pos[0, o2]
-            y2 = pos[1, o2]
-            z2 = pos[2, o2]
-            nx = pl[S, 0]
-            ny = pl[S, 1]
-            nz = pl[S, 2]
-            d = pl[S, 3]
-            h0 = nx * x0 + ny * y0 + nz * z0 - d
-            h1 = nx * x1 + ny * y1 + nz * z1 - d
-            h2 = nx * x2 + ny * y2 + nz * z2 - d
-            if (nx != 0.0 or ny != 0.0 or nz != 0.0) and (min(h0, h1, h2) > lim or max(h0, h1, h2) < -lim):
-                separated = True
-                break
-            for k in range(3):
-                mx = pl[S, 4 + 4 * k]
-                my = pl[S, 5 + 4 * k]
-                mz = pl[S, 6 + 4 * k]
-                if mx == 0.0 and my == 0.0 and mz == 0.0:
-                    continue
-                d = pl[S, 7 + 4 * k]
-                if (mx * x0 + my * y0 + mz * z0 - d > lim and mx * x1 + my * y1 + mz * z1 - d > lim
-                        and mx * x2 + my * y2 + mz * z2 - d > lim):
-                    separated = True
-                    break
-            if separated:
-                break
-        if separated:
-            continue
-        narrow += 1
-
-        rA = tri_region[A]
-        rB = tri_region[B]
-        thick = 0.5 * (region_thick[rA] + region_thick[rB])
-        fric = np.sqrt(region_fric[rA] * region_fric[rB])
-        cons = max(region_cons[rA], region_cons[rB])
-        reach = thick + margin * thick
-        layA = region_layer[rA]
-        layB = region_layer[rB]
-        layered = layA >= 0 and layB >= 0 and layA != layB
-        if mode == MODE_POINT_POINT:
-            for k in range(3):
-                v = triangles[A, k]
-                px = pos[0, v]
-                py = pos[1, v]
-                pz = pos[2, v]
-                for m in range(3):
-                    w = triangles[B, m]
-                    dx = px - pos[0, w]
-                    dy = py - pos[1, w]
-                    dz = pz - pos[2, w]
-                    d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
-                    if d0 > 1e-12:
-                        nx, ny, nz = dx / d0, dy / d0, dz / d0
-                    else:
-                        nx, ny, nz = 0.0, 0.0, 1.0
-                    close = ((rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny
-                             + (rel[2, v] - rel[2, w]) * nz)
-                    if d0 < reach or d0 + cons * close < reach:
-                        rx = rest[v, 0] - rest[w, 0]
-                        ry = rest[v, 1] - rest[w, 1]
-                        rz = rest[v, 2] - rest[w, 2]
-                        if count < cap:
-                            out_kind[count] = KIND_POINT_POINT
-                            out_vertex[count, 0] = v
-                            out_vertex[count, 1] = w
-                            out_vertex[count, 2] = -1
-                            out_vertex[count, 3] = -1
-                            out_normal[count, 0] = nx
-                            out_normal[count, 1] = ny
-                            out_normal[count, 2] = nz
-                            out_frame[count] = -1
-                            out_target[count] = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
-                            out_friction[count] = fric
-                            out_pair[count, 0] = A
-                            out_pair[count, 1] = B
-                            out_pair[count, 2] = v
-                            out_pair[count, 3] = w
-                        count += 1
-            continue
-        for side in range(2):
-            T = B if side == 0 else A
-            P = A if side == 0 else B
-            a = triangles[T, 0]
-            b = triangles[T, 1]
-            c = triangles[T, 2]
-            ax = pos[0, a]
-            ay = pos[1, a]
-            az = pos[2, a]
-            bx = pos[0, b]
-            by = pos[1, b]
-            bz = pos[2, b]
-            cx = pos[0, c]
-            cy = pos[1, c]
-            cz = pos[2, c]
-            rax = rel[0, a]
-            ray = rel[1, a]
-            raz = rel[2, a]
-            rbx = rel[0, b]
-            rby = rel[1, b]
-            rbz = rel[2, b]
-            rcx = rel[0, c]
-            rcy = rel[1, c]
-            rcz = rel[2, c]
-            tri_motion = abs(rax) + abs(ray) + abs(raz) + abs(rbx) + abs(rby) + abs(rbz) \
-                + abs(rcx) + abs(rcy) + abs(rcz)
-            for k in range(3):
-                v = triangles[P, k]
-                px = pos[0, v]
-                py = pos[1, v]
-                pz = pos[2, v]
-                rvx = rel[0, v]
-                rvy = rel[1, v]
-                rvz = rel[2, v]
-                # Cheap reject: the vertex against T's bounding sphere and motion.
-                sx = px - td[T, 6]
-                sy = py - td[T, 7]
-                sz = pz - td[T, 8]
-                mx = rvx - td[T, 10]
-                my = rvy - td[T, 11]
-                mz = rvz - td[T, 12]
-                if (np.sqrt(sx * sx + sy * sy + sz * sz) - td[T, 9]
-                        - cons * (np.sqrt(mx * mx + my * my + mz * mz) + td[T, 13]) > reach * 1.01 + 1e-6):
-                    continue
-                u, vv, ww = _closest_on_triangle(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz)
-                dx = px - (u * ax + vv * bx + ww * cx)
-                dy = py - (u * ay + vv * by + ww * cy)
-                dz = pz - (u * az + vv * bz + ww * cz)
-                d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
-                if d0 > reach + cons * (abs(rvx) + abs(rvy) + abs(rvz) + tri_motion):
-                    continue
-                ux_, uy_, uz_, vx_, vy_, vz_, tnx, tny, tnz = _frame(ax, ay, az, bx, by, bz, cx, cy, cz)
-                if d0 > 1e-12:
-                    nx, ny, nz = dx / d0, dy / d0, dz / d0
-                else:
-                    nx, ny, nz = tnx, tny, tnz
-                rqx = u * rax + vv * rbx + ww * rcx
-                rqy = u * ray + vv * rby + ww * rcy
-                rqz = u * raz + vv * rbz + ww * rcz
-                close = (rvx - rqx) * nx + (rvy - rqy) * ny + (rvz - rqz) * nz
-                if d0 < reach or d0 + cons * close < reach:
-                    if layered:
-                        # Outer layer (higher order) stays on the normal side of the inner layer.
-                        sgn = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
-                    else:
-                        h = dx * tnx + dy * tny + dz * tnz
-                        if h == 0.0:
-                            # In the plane: it came from the side it is moving away from.
-                            h = -((rvx - rqx) * tnx + (rvy - rqy) * tny + (rvz - rqz) * tnz)
-                        sgn = 1.0 if h >= 0.0 else -1.0
-                    u2, v2, w2 = _closest_on_triangle(
-                        rest[v, 0], rest[v, 1], rest[v, 2], rest[a, 0], rest[a, 1], rest[a, 2],
-                        rest[b, 0], rest[b, 1], rest[b, 2], rest[c, 0], rest[c, 1], rest[c, 2])
-                    ex = rest[v, 0] - (u2 * rest[a, 0] + v2 * rest[b, 0] + w2 * rest[c, 0])
-                    ey = rest[v, 1] - (u2 * rest[a, 1] + v2 * rest[b, 1] + w2 * rest[c, 1])
-                    ez = rest[v, 2] - (u2 * rest[a, 2] + v2 * rest[b, 2] + w2 * rest[c, 2])
-                    if count < cap:
-                        out_kind[count] = KIND_VERTEX_TRIANGLE
-                        out_vertex[count, 0] = v
-                        out_vertex[count, 1] = a
-                        out_vertex[count, 2] = b
-                        out_vertex[count, 3] = c
-                        out_normal[count, 0] = sgn
-                        out_normal[count, 1] = 0.0
-                        out_normal[count, 2] = 0.0
-                        out_frame[count] = T
-                        out_target[count] = min(thick, np.sqrt(ex * ex + ey * ey + ez * ez))
-                        out_friction[count] = fric
-                        out_pair[count, 0] = A
-                        out_pair[count, 1] = B
-                        out_pair[count, 2] = P
-                        out_pair[count, 3] = T
-                    count += 1
-        if mode != MODE_FULL:
-            continue
-        # edge-edge
-        for ka in range(3):
-            ea = tri_edges[A, ka]
-            a = edges[ea, 0]
-            b = edges[ea, 1]
-            ax = pos[0, a]
-            ay = pos[1, a]
-            az = pos[2, a]
-            bx = pos[0, b]
-            by = pos[1, b]
-            bz = pos[2, b]
-            rax = rel[0, a]
-            ray = rel[1, a]
-            raz = rel[2, a]
-            rbx = rel[0, b]
-            rby = rel[1, b]
-            rbz = rel[2, b]
-            h1x = bx - ax
-            h1y = by - ay
-            h1z = bz - az
-            g1x = rbx - rax
-            g1y = rby - ray
-            g1z = rbz - raz
-            l1 = np.sqrt(h1x * h1x + h1y * h1y + h1z * h1z)
-            k1 = np.sqrt(g1x * g1x + g1y * g1y + g1z * g1z)
-            for kb in range(3):
-                eb = tri_edges[B, kb]
-                c = edges[eb, 0]
-                d = edges[eb, 1]
-                cx = pos[0, c]
-                cy = pos[1, c]
-                cz = pos[2, c]
-                dx_ = pos[0, d]
-                dy_ = pos[1, d]
-                dz_ = pos[2, d]
-                rcx = rel[0, c]
-                rcy = rel[1, c]
-                rcz = rel[2, c]
-                rdx_ = rel[0, d]
-                rdy_ = rel[1, d]
-                rdz_ = rel[2, d]
-                # Cheap reject: the edges' bounding spheres and motions.
-                sx = 0.5 * ((ax + bx) - (cx + dx_))
-                sy = 0.5 * ((ay + by) - (cy + dy_))
-                sz = 0.5 * ((az + bz) - (cz + dz_))
-                h2x = dx_ - cx
-                h2y = dy_ - cy
-                h2z = dz_ - cz
-                mx = 0.5 * ((rax + rbx) - (rcx + rdx_))
-                my = 0.5 * ((ray + rby) - (rcy + rdy_))
-                mz = 0.5 * ((raz + rbz) - (rcz + rdz_))
-                g2x = rdx_ - rcx
-                g2y = rdy_ - rcy
-                g2z = rdz_ - rcz
-                lo = np.sqrt(sx * sx + sy * sy + sz * sz) - 0.5 * (l1 + np.sqrt(h2x * h2x + h2y * h2y + h2z * h2z))
-                mot = np.sqrt(mx * mx + my * my + mz * mz) + 0.5 * (k1 + np.sqrt(g2x * g2x + g2y * g2y + g2z * g2z))
-                if lo - cons * mot > reach * 1.01 + 1e-6:
-                    continue
-                s, t = _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx_, dy_, dz_)
-                ddx = (ax + s * h1x) - (cx + t * h2x)
-                ddy = (ay + s * h1y) - (cy + t * h2y)
-                ddz = (az + s * h1z) - (cz + t * h2z)
-                d0 = np.sqrt(ddx * ddx + ddy * ddy + ddz * ddz)
-                rdx = (rax + s * g1x) - (rcx + t * g2x)
-                rdy = (ray + s * g1y) - (rcy + t * g2y)
-                rdz = (raz + s * g1z) - (rcz + t * g2z)
-                if d0 > 1e-12:
-                    nx, ny, nz = ddx / d0, ddy / d0, ddz / d0
-                else:
-                    # Crossing edges: the direction across both.
-                    nx = h1y * h2z - h1z * h2y
-                    ny = h1z * h2x - h1x * h2z
-                    nz = h1x * h2y - h1y * h2x
-                    ln = np.sqrt(nx * nx + ny * ny + nz * nz)
-                    if ln < 1e-20:
-                        continue
-                    nx /= ln
-                    ny /= ln
-                    nz /= ln
-                close = rdx * nx + rdy * ny + rdz * nz
-                if d0 < reach or d0 + cons * close < reach:
-                    f0 = triangles[A, 0]
-                    f1 = triangles[A, 1]
-                    f2 = triangles[A, 2]
-                    ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = _frame(
-                        pos[0, f0], pos[1, f0], pos[2, f0], pos[0, f1], pos[1, f1], pos[2, f1],
-                        pos[0, f2], pos[1, f2], pos[2, f2])
-                    if layered:
-                        # Edge of A outside B's layer: the normal points the way A's
-                        # layer lies from B's (A's face normal, with the layer's sign).
-                        sgn = 1.0 if layA > layB else -1.0
-                        f0 = triangles[B, 0]
-                        f1 = triangles[B, 1]
-                        f2 = triangles[B, 2]
-                        _, _, _, _, _, _, bnx, bny, bnz = _frame(
-                            pos[0, f0], pos[1, f0], pos[2, f0], pos[0, f1], pos[1, f1], pos[2, f1],
-                            pos[0, f2], pos[1, f2], pos[2, f2])
-                        if (nx * bnx + ny * bny + nz * bnz) * sgn < 0.0:
-                            nx, ny, nz = -nx, -ny, -nz
-                    s2, t2 = _closest_segments(
-                        rest[a, 0], rest[a, 1], rest[a, 2], rest[b, 0], rest[b, 1], rest[b, 2],
-                        rest[c, 0], rest[c, 1], rest[c, 2], rest[d, 0], rest[d, 1], rest[d, 2])
-                    ex = (rest[a, 0] + s2 * (rest[b, 0] - rest[a, 0])) - (rest[c, 0] + t2 * (rest[d, 0] - rest[c, 0]))
-                    ey = (rest[a, 1] + s2 * (rest[b, 1] - rest[a, 1])) - (rest[c, 1] + t2 * (rest[d, 1] - rest[c, 1]))
-                    ez = (rest[a, 2] + s2 * (rest[b, 2] - rest[a, 2])) - (rest[c, 2] + t2 * (rest[d, 2] - rest[c, 2]))
-                    if count < cap:
-                        out_kind[count] = KIND_EDGE_EDGE
-                        out_vertex[count, 0] = a
-                        out_vertex[count, 1] = b
-                        out_vertex[count, 2] = c
-                        out_vertex[count, 3] = d
-                        # Stored in A's frame, so a cached contact turns with the cloth.
-                        out_normal[count, 0] = nx * ux_ + ny * uy_ + nz * uz_
-                        out_normal[count, 1] = nx * vx_ + ny * vy_ + nz * vz_
-                        out_normal[count, 2] = nx * fnx + ny * fny + nz * fnz
-                        out_frame[count] = A
-                        out_target[count] = min(thick, np.sqrt(ex * ex + ey * ey + ez * ez))
-                        out_friction[count] = fric
-                        out_pair[count, 0] = A
-                        out_pair[count, 1] = B
-                        out_pair[count, 2] = ea
-                        out_pair[count, 3] = eb
-                    count += 1
+    stats[0] = overlaps
     stats[1] = narrow
     return count
-
-
-@njit(**_JIT)
-def _canonical(count, triangles, td, tri_region, mode_matrix, ring_start, ring, vtri_start, vtri, edge_tris,
-               max_cons, max_reach, out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
-               out_pair, scratch):
-    """Keep each contact only from the lowest triangle pair that finds it
-    (compacting the out arrays in place); returns the new count.
-
-    A feature pair is found from every candidate pair of triangles around
-    its features: the vertex-triangle pair (v, T) from every triangle around
-    v against T, the edge pair from the triangles around the two edges, the
-    point pair from the triangles around the two points. A triangle pair
-    counts when it is a candidate (`_pair_near`, more than two rings
-    apart, the regions' mode makes this kind): every such pair finds the
-    contact too, since the narrow phase's rejects are conservative, so the
-    lowest (A, B) in (min, max) order keeps it and the others drop it.
-    """
-    kept = 0
-    for k in range(count):
-        kind = out_kind[k]
-        A = out_pair[k, 0]
-        B = out_pair[k, 1]
-        # Gather the alternative pairs that come before (A, B).
-        ns = 0
-        if kind == KIND_VERTEX_TRIANGLE:
-            v = out_vertex[k, 0]
-            P = out_pair[k, 2]
-            T = out_pair[k, 3]
-            need = MODE_FULL
-            for j in range(vtri_start[v], vtri_start[v + 1]):
-                t = vtri[j]
-                if t >= P:
-                    break
-                scratch[ns, 0] = t
-                scratch[ns, 1] = T
-                ns += 1
-        elif kind == KIND_EDGE_EDGE:
-            ea = out_pair[k, 2]
-            eb = out_pair[k, 3]
-            need = MODE_FULL
-            for i in range(edge_tris.shape[1]):
-                t1 = edge_tris[ea, i]
-                if t1 < 0:
-                    continue
-                for j in range(edge_tris.shape[1]):
-                    t2 = edge_tris[eb, j]
-                    if t2 < 0:
-                        continue
-                    lo = min(t1, t2)
-                    hi = max(t1, t2)
-                    if lo < A or (lo == A and hi < B):
-                        scratch[ns, 0] = t1
-                        scratch[ns, 1] = t2
-                        ns += 1
-        else:
-            v = out_pair[k, 2]
-            w = out_pair[k, 3]
-            need = MODE_POINT_POINT
-            for i in range(vtri_start[v], vtri_start[v + 1]):
-                t1 = vtri[i]
-                for j in range(vtri_start[w], vtri_start[w + 1]):
-                    t2 = vtri[j]
-                    lo = min(t1, t2)
-                    hi = max(t1, t2)
-                    if lo < A or (lo == A and hi < B):
-                        scratch[ns, 0] = t1
-                        scratch[ns, 1] = t2
-                        ns += 1
-        first = True
-        for s in range(ns):
-            t1 = scratch[s, 0]
-            t2 = scratch[s, 1]
-            r1 = tri_region[t1]
-            r2 = tri_region[t2]
-            if mode_matrix[max(r1, r2), min(r1, r2)] != need:
-                continue
-            near = False
-            c0 = triangles[t2, 0]
-            c1 = triangles[t2, 1]
-            c2 = triangles[t2, 2]
-            for j in range(ring_start[t1], ring_start[t1 + 1]):
-                x = ring[j]
-                if x == c0 or x == c1 or x == c2:
-                    near = True
-                    break
-            if near:
-                continue
-            if _pair_near(td[t1, 0], td[t1, 1], td[t1, 2], td[t1, 3], td[t1, 4], td[t1, 5], td[t1, 6],
-                          td[t1, 7], td[t1, 8], td[t1, 9], td[t1, 10], td[t1, 11], td[t1, 12], td[t1, 13],
-                          td[t2, 0], td[t2, 1], td[t2, 2], td[t2, 3], td[t2, 4], td[t2, 5], td[t2, 6],
-                          td[t2, 7], td[t2, 8], td[t2, 9], td[t2, 10], td[t2, 11], td[t2, 12], td[t2, 13],
-                          max_cons, max_reach):
-                first = False
-                break
-        if not first:
-            continue
-        if kept != k:
-            out_kind[kept] = kind
-            for j in range(4):
-                out_vertex[kept, j] = out_vertex[k, j]
-            for j in range(3):
-                out_normal[kept, j] = out_normal[k, j]
-            out_frame[kept] = out_frame[k]
-            out_target[kept] = out_target[k]
-            out_friction[kept] = out_friction[k]
-        kept += 1
-    return kept
-
-
-@njit(**_JIT)
-def detect(pos, vel, dt, gx, gy, gz, broad, rest, triangles, tri_edges, edges, edge_tris, tri_region,
-           vtri_start, vtri, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons,
-           region_layer, margin, pstart, ptris, nstart, nbr, flat_cos, bvh_order, bvh_nodes, td, pd, box,
-           pairs, scratch, out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, out_pair,
-           stats):
-    """Find the step's contacts: broad phase (`broad` = BROAD_PATCH, _GRID or
-    _BVH) into `pairs`, narrow phase into the out arrays, then keep each
-    contact once. Returns the contact count, or -1 when pos or vel hold NaN
-    or Inf. stats: [candidate pairs sphere-tested, pairs through the narrow
-    phase, candidate pairs kept, contacts found before the exactly-once
-    rule]; when stats[2] exceeds len(pairs) or stats[3] the out arrays'
-    length, nothing is valid: grow them and call again.
-    """
-    n = pos.shape[1]
-    rel = np.empty((3, n), np.float32)
-    if not _relative_motion(pos, vel, dt, gx, gy, gz, rel):
-        return -1
-    max_reach, max_cons = _reach(region_thick, region_cons, margin)
-    _triangle_data(pos, rel, triangles, td)
-    if broad == BROAD_PATCH:
-        npairs = _broad_patches(td, triangles, tri_region, mode_matrix, ring_start, ring, n, pstart, ptris,
-                                nstart, nbr, flat_cos, max_cons, max_reach, pd, pairs, stats)
-    else:
-        _global_boxes(td, max_cons, max_reach, box)
-        if broad == BROAD_GRID:
-            npairs = _broad_grid(td, box, triangles, tri_region, mode_matrix, ring_start, ring, n,
-                                 max_cons, max_reach, pairs, stats)
-        else:
-            npairs = _broad_bvh(td, box, bvh_order, bvh_nodes, triangles, tri_region, mode_matrix,
-                                ring_start, ring, n, max_cons, max_reach, pairs, stats)
-    stats[2] = npairs
-    stats[3] = 0
-    if npairs > pairs.shape[0]:
-        return 0
-    found = _narrow(pairs, npairs, pos, rel, rest, triangles, tri_edges, edges, td, tri_region, region_thick,
-                    region_fric, region_cons, region_layer, margin, max_cons, max_reach,
-                    out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, out_pair, stats)
-    stats[3] = found
-    if found > out_kind.shape[0]:
-        return 0
-    return _canonical(found, triangles, td, tri_region, mode_matrix, ring_start, ring, vtri_start, vtri,
-                      edge_tris, max_cons, max_reach, out_vertex, out_kind, out_normal, out_frame, out_target,
-                      out_friction, out_pair, scratch)
-
 
 
 # ---------------------------------------------------------------- solve
@@ -1444,9 +951,7 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             if hh > 0.0 and hh * hh >= tg * tg * (mx_ * mx_ + my_ * my_ + mz_ * mz_):
                 slot_active[k] = 0
                 continue
-            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _frame(
-                pos[0, i1], pos[1, i1], pos[2, i1], pos[0, i2], pos[1, i2], pos[2, i2],
-                pos[0, i3], pos[1, i3], pos[2, i3])
+            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(pos, i1, i2, i3)
             px = pos[0, i0]
             py = pos[1, i0]
             pz = pos[2, i0]
@@ -1478,12 +983,8 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             c3 = -w
         else:
             f = contact_frame[k]
-            f0 = triangles[f, 0]
-            f1 = triangles[f, 1]
-            f2 = triangles[f, 2]
-            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _frame(
-                pos[0, f0], pos[1, f0], pos[2, f0], pos[0, f1], pos[1, f1], pos[2, f1],
-                pos[0, f2], pos[1, f2], pos[2, f2])
+            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame(
+                pos, triangles[f, 0], triangles[f, 1], triangles[f, 2])
             a_ = contact_normal[k, 0]
             b_ = contact_normal[k, 1]
             n_ = contact_normal[k, 2]
@@ -1588,13 +1089,11 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
 
 
 @njit(**_JIT)
-def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc):
+def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
-    contacts' float32 corrections in contact order, in float64), reading only
-    the contacts, in order, instead of every vertex's slot list; then each
-    touched vertex moves by its mean correction and its sum is cleared."""
-    nc = contact_kind.shape[0]
-    for k in range(nc):
+    contacts' float32 corrections in contact order, in float64), but reading
+    only the contacts, in order, instead of every vertex's slot list."""
+    for k in range(contact_kind.shape[0]):
         if slot_active[k] == 0:
             continue
         m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
@@ -1604,21 +1103,17 @@ def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc):
             acc[i, 1] += slot_delta[k, sl, 1]
             acc[i, 2] += slot_delta[k, sl, 2]
             acc[i, 3] += 1.0
-    for k in range(nc):
-        if slot_active[k] == 0:
-            continue
-        m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
-        for sl in range(m):
-            i = contact_vertex[k, sl]
-            if acc[i, 3] > 0.0:
-                inv = 1.0 / acc[i, 3]
-                pos[0, i] += acc[i, 0] * inv
-                pos[1, i] += acc[i, 1] * inv
-                pos[2, i] += acc[i, 2] * inv
-                acc[i, 0] = 0.0
-                acc[i, 1] = 0.0
-                acc[i, 2] = 0.0
-                acc[i, 3] = 0.0
+    for q in range(vertex_list.shape[0]):
+        i = vertex_list[q]
+        if acc[i, 3] > 0.0:
+            inv = 1.0 / acc[i, 3]
+            pos[0, i] += acc[i, 0] * inv
+            pos[1, i] += acc[i, 1] * inv
+            pos[2, i] += acc[i, 2] * inv
+            acc[i, 0] = 0.0
+            acc[i, 1] = 0.0
+            acc[i, 2] = 0.0
+            acc[i, 3] = 0.0
 
 
 _gather = njit(parallel=True, **_JIT)(_gather_impl)
@@ -1626,22 +1121,13 @@ solve_parallel = njit(parallel=True, **_JIT)(_solve_impl)
 
 
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                       triangles, contact_target, contact_friction, slot_delta, slot_active, acc):
+                       triangles, contact_target, contact_friction, slot_delta, slot_active,
+                       vertex_list, acc):
     _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                   triangles, contact_target, contact_friction, slot_delta, slot_active)
-    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc)
+    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list)
 
 
-# One Jacobi pass over the frozen contacts, single-threaded; pos (3, n)
-# float32 is updated in place. Callable from Python or from another njit
-# function, with SelfCollision.solve_args() (re-read after every detect):
-#     solve_serial(pos, prev_pos, *sc.solve_args())
-# Arguments after pos, prev_pos: inv_mass (n,) float32; contact_vertex
-# (c, 4) int32; contact_kind (c,) int8; contact_normal (c, 3) float32;
-# contact_frame (c,) int32; triangles (t, 3) int32; contact_target (c,)
-# float32; contact_friction (c,) float32; slot_delta (c, 4, 3) float32 and
-# slot_active (c,) uint8 (scratch); acc (n, 4) float64 (scratch, all zero
-# between calls). Bit-identical to solve_parallel for any thread count.
 solve_serial = njit(**_JIT)(_solve_serial_impl)
 
 
@@ -1726,7 +1212,18 @@ def triangle_rings(triangles, adj_start, adj, n):
     return start, ring
 
 
-# ---------------------------------------------------------------- patches (once per model)
+# ---------------------------------------------------------------- patch broad phase (default)
+#
+# Triangles are grouped once into small connected patches (breadth-first over
+# shared edges). Every step each patch gets a fat swept box, a normal cone and
+# its smallest triangle altitude. Patch pairs are found by sweep and prune on
+# x. A patch with itself, or two patches sharing a vertex, whose union is flat
+# (all normals within a cone) is a height field over the cone's axis: its
+# triangles more than two rings apart are at least one triangle altitude apart,
+# so when that altitude (tilted) exceeds the contact distance plus the
+# patches' relative motion the whole pair is skipped. That removes the
+# neighbour pairs that otherwise dominate the cost on smooth cloth; folds,
+# separate layers and separate objects are never skipped.
 
 
 @njit(cache=True)
@@ -1818,6 +1315,269 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
     for p in range(np_):
         nbr[nstart[p]:nstart[p + 1]] = lists[p]
     return pstart[:np_ + 1].copy(), ptris, nstart, nbr
+
+
+@njit(**_JIT)
+def _patches_adjacent(p, q, nstart, nbr):
+    for j in range(nstart[p], nstart[p + 1]):
+        if nbr[j] == q:
+            return True
+    return False
+
+
+@njit(**_JIT)
+def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
+                   vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
+                   pstart, ptris, nstart, nbr, flat_cos,
+                   out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
+    """Same contract as detect_grid, with the patch broad phase."""
+    nt = triangles.shape[0]
+    n = pos.shape[1]
+    npatch = pstart.shape[0] - 1
+    nreg = region_thick.shape[0]
+    max_reach = 0.0
+    max_cons = 0.0
+    for r in range(nreg):
+        max_reach = max(max_reach, region_thick[r] * (1.0 + margin))
+        max_cons = max(max_cons, region_cons[r])
+    # relative displacement
+    mx = 0.0
+    my = 0.0
+    mz = 0.0
+    for i in range(n):
+        mx += disp[0, i]
+        my += disp[1, i]
+        mz += disp[2, i]
+    if n > 0:
+        mx /= n
+        my /= n
+        mz /= n
+    rel = np.empty((3, n), np.float32)
+    for i in range(n):
+        rel[0, i] = disp[0, i] - mx
+        rel[1, i] = disp[1, i] - my
+        rel[2, i] = disp[2, i] - mz
+    box = np.empty((nt, 6), np.float32)
+    pbox = np.empty((npatch, 6), np.float32)
+    pcone = np.empty((npatch, 4), np.float32)   # axis, cos of half angle
+    palt = np.empty(npatch, np.float32)
+    pmot = np.empty((npatch, 4), np.float32)    # mean rel, max deviation
+    tn = np.empty((nt, 3), np.float32)
+    for p in range(npatch):
+        plo0 = plo1 = plo2 = np.inf
+        phi0 = phi1 = phi2 = -np.inf
+        ax = 0.0
+        ay = 0.0
+        az = 0.0
+        amin = np.inf
+        rmx = 0.0
+        rmy = 0.0
+        rmz = 0.0
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            r = tri_region[t]
+            pad = 0.5 * region_thick[r] * (1.0 + margin)
+            cons = region_cons[r]
+            i0 = triangles[t, 0]
+            i1 = triangles[t, 1]
+            i2 = triangles[t, 2]
+            lo0 = lo1 = lo2 = np.inf
+            hi0 = hi1 = hi2 = -np.inf
+            for k in range(3):
+                v = triangles[t, k]
+                x0 = pos[0, v]
+                x1 = pos[1, v]
+                x2 = pos[2, v]
+                e0 = x0 + cons * rel[0, v]
+                e1 = x1 + cons * rel[1, v]
+                e2 = x2 + cons * rel[2, v]
+                lo0 = min(lo0, x0, e0)
+                lo1 = min(lo1, x1, e1)
+                lo2 = min(lo2, x2, e2)
+                hi0 = max(hi0, x0, e0)
+                hi1 = max(hi1, x1, e1)
+                hi2 = max(hi2, x2, e2)
+                rmx += rel[0, v]
+                rmy += rel[1, v]
+                rmz += rel[2, v]
+            box[t, 0] = lo0 - pad
+            box[t, 1] = lo1 - pad
+            box[t, 2] = lo2 - pad
+            box[t, 3] = hi0 + pad
+            box[t, 4] = hi1 + pad
+            box[t, 5] = hi2 + pad
+            plo0 = min(plo0, lo0 - pad)
+            plo1 = min(plo1, lo1 - pad)
+            plo2 = min(plo2, lo2 - pad)
+            phi0 = max(phi0, hi0 + pad)
+            phi1 = max(phi1, hi1 + pad)
+            phi2 = max(phi2, hi2 + pad)
+            ux = pos[0, i1] - pos[0, i0]
+            uy = pos[1, i1] - pos[1, i0]
+            uz = pos[2, i1] - pos[2, i0]
+            wx = pos[0, i2] - pos[0, i0]
+            wy = pos[1, i2] - pos[1, i0]
+            wz = pos[2, i2] - pos[2, i0]
+            gx = pos[0, i2] - pos[0, i1]
+            gy = pos[1, i2] - pos[1, i1]
+            gz = pos[2, i2] - pos[2, i1]
+            nx = uy * wz - uz * wy
+            ny = uz * wx - ux * wz
+            nz = ux * wy - uy * wx
+            ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+            emax = max(ux * ux + uy * uy + uz * uz, wx * wx + wy * wy + wz * wz, gx * gx + gy * gy + gz * gz)
+            if ln > 1e-30:
+                nx /= ln
+                ny /= ln
+                nz /= ln
+                amin = min(amin, ln / np.sqrt(emax))
+            else:
+                amin = 0.0
+            tn[t, 0] = nx
+            tn[t, 1] = ny
+            tn[t, 2] = nz
+            ax += nx
+            ay += ny
+            az += nz
+        la = np.sqrt(ax * ax + ay * ay + az * az)
+        cmin = -1.0
+        if la > 1e-30:
+            ax /= la
+            ay /= la
+            az /= la
+            cmin = 1.0
+            for j in range(pstart[p], pstart[p + 1]):
+                t = ptris[j]
+                cmin = min(cmin, ax * tn[t, 0] + ay * tn[t, 1] + az * tn[t, 2])
+        cnt = 3 * (pstart[p + 1] - pstart[p])
+        rmx /= max(cnt, 1)
+        rmy /= max(cnt, 1)
+        rmz /= max(cnt, 1)
+        dev = 0.0
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            for k in range(3):
+                v = triangles[t, k]
+                dx = rel[0, v] - rmx
+                dy = rel[1, v] - rmy
+                dz = rel[2, v] - rmz
+                dev = max(dev, dx * dx + dy * dy + dz * dz)
+        pbox[p, 0] = plo0
+        pbox[p, 1] = plo1
+        pbox[p, 2] = plo2
+        pbox[p, 3] = phi0
+        pbox[p, 4] = phi1
+        pbox[p, 5] = phi2
+        pcone[p, 0] = ax
+        pcone[p, 1] = ay
+        pcone[p, 2] = az
+        pcone[p, 3] = cmin
+        palt[p] = amin
+        pmot[p, 0] = rmx
+        pmot[p, 1] = rmy
+        pmot[p, 2] = rmz
+        pmot[p, 3] = np.sqrt(dev)
+    sph = np.empty((nt, 8), np.float64)
+    _tri_spheres(pos, rel, triangles, sph)
+    pl = np.empty((nt, 16), np.float64)
+    _tri_planes(pos, triangles, pl)
+    order = np.argsort(pbox[:, 0])
+    maxp = 0
+    for p in range(npatch):
+        maxp = max(maxp, pstart[p + 1] - pstart[p])
+    qlist = np.empty(maxp, np.int64)
+    mark = np.zeros(n, np.int64)
+    stamped = -1
+    count = 0
+    overlaps = 0
+    narrow = 0
+    for ii in range(npatch):
+        p = order[ii]
+        for jj in range(ii, npatch):
+            q = order[jj]
+            if jj > ii:
+                if pbox[q, 0] > pbox[p, 3]:
+                    break
+                if (pbox[q, 1] > pbox[p, 4] or pbox[p, 1] > pbox[q, 4] or pbox[q, 2] > pbox[p, 5]
+                        or pbox[p, 2] > pbox[q, 5]):
+                    continue
+            if p == q or _patches_adjacent(p, q, nstart, nbr):
+                # Flat union: one cone around the mean of the two axes.
+                bx = pcone[p, 0] + pcone[q, 0]
+                by = pcone[p, 1] + pcone[q, 1]
+                bz = pcone[p, 2] + pcone[q, 2]
+                lb = np.sqrt(bx * bx + by * by + bz * bz)
+                if lb > 1e-20 and pcone[p, 3] > 0.0 and pcone[q, 3] > 0.0:
+                    bx /= lb
+                    by /= lb
+                    bz /= lb
+                    cp = min(bx * pcone[p, 0] + by * pcone[p, 1] + bz * pcone[p, 2], 1.0)
+                    cq = min(bx * pcone[q, 0] + by * pcone[q, 1] + bz * pcone[q, 2], 1.0)
+                    # cos(a + b) = cos a cos b - sin a sin b, per side
+                    cpp = pcone[p, 3]
+                    cqq = pcone[q, 3]
+                    c1 = cp * cpp - np.sqrt(max(0.0, 1.0 - cp * cp)) * np.sqrt(max(0.0, 1.0 - cpp * cpp))
+                    c2 = cq * cqq - np.sqrt(max(0.0, 1.0 - cq * cq)) * np.sqrt(max(0.0, 1.0 - cqq * cqq))
+                    cu = min(c1, c2)
+                    if cu >= flat_cos:
+                        dmx = pmot[p, 0] - pmot[q, 0]
+                        dmy = pmot[p, 1] - pmot[q, 1]
+                        dmz = pmot[p, 2] - pmot[q, 2]
+                        motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
+                        if min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
+                            continue
+            # Only q's triangles inside p's box can meet p's (and the other way).
+            nq = 0
+            for jb in range(pstart[q], pstart[q + 1]):
+                b = ptris[jb]
+                if p == q or not (box[b, 0] > pbox[p, 3] or pbox[p, 0] > box[b, 3] or box[b, 1] > pbox[p, 4]
+                                  or pbox[p, 1] > box[b, 4] or box[b, 2] > pbox[p, 5] or pbox[p, 2] > box[b, 5]):
+                    qlist[nq] = jb
+                    nq += 1
+            if nq == 0:
+                continue
+            for ja in range(pstart[p], pstart[p + 1]):
+                a = ptris[ja]
+                if p != q and (box[a, 0] > pbox[q, 3] or pbox[q, 0] > box[a, 3] or box[a, 1] > pbox[q, 4]
+                               or pbox[q, 1] > box[a, 4] or box[a, 2] > pbox[q, 5] or pbox[q, 2] > box[a, 5]):
+                    continue
+                for iq in range(nq):
+                    jb = qlist[iq]
+                    if p == q and jb <= ja:
+                        continue
+                    b = ptris[jb]
+                    if (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
+                            or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5]):
+                        continue
+                    overlaps += 1
+                    A = min(a, b)
+                    B = max(a, b)
+                    rA = tri_region[A]
+                    rB = tri_region[B]
+                    mode = mode_matrix[max(rA, rB), min(rA, rB)]
+                    if mode == MODE_OFF:
+                        continue
+                    if stamped != a:
+                        for q_ in range(ring_start[a], ring_start[a + 1]):
+                            mark[ring[q_]] = a + 1
+                        stamped = a
+                    if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
+                            or mark[triangles[b, 2]] == a + 1):
+                        continue
+                    if _spheres_apart(sph, a, b, max_cons, max_reach):
+                        continue
+                    lim = _pair_reach(sph, a, b, max_cons, max_reach)
+                    if _separated(pos, triangles, pl, a, b, lim) or _separated(pos, triangles, pl, b, a, lim):
+                        continue
+                    narrow += 1
+                    count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
+                                         edge_tris, region_thick, region_fric, region_cons, region_layer,
+                                         tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
+                                             out_vertex, out_kind, out_normal, out_frame,
+                                         out_target, out_friction, count)
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
 
 
 

@@ -11,7 +11,6 @@ import pytest
 from drape.solver import SolverError
 from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
                                         MODE_OFF, MODE_POINT_POINT, SelfCollision, merge_meshes, triangulate)
-from drape.solver.selfcollision_kernels import solve_serial
 
 G = (0.0, 0.0, -9.81)
 
@@ -283,52 +282,3 @@ def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_
         sc.solve(x, x.copy())
     gap = x[2, na:] - x[2, :na]
     assert gap.min() > 0.0099 and gap.max() < 0.0101
-
-
-def crumpled_sheets(seed=3):
-    """Two 12x12 sheets 4 mm apart, shaken and moving towards each other in
-    places: folds, near pairs and closing speeds of every kind."""
-    m, rest, x, na = two_sheets(0.004, n=12, noise=0.003, rest_gap=0.05, seed=seed)
-    rng = np.random.default_rng(seed)
-    x[2] += (0.02 * np.sin(8.0 * x[0]) * np.cos(6.0 * x[1])).astype(np.float32)
-    v = rng.normal(0.0, 0.6, x.shape).astype(np.float32)
-    return m, rest, x, v
-
-
-def test_broad_phases_find_the_same_contacts():
-    # The candidate test depends only on the two triangles, so the patch
-    # broad phase (each patch with its own reference motion), the grid and
-    # the BVH (both about the global mean) must agree contact for contact.
-    m, rest, x, v = crumpled_sheets()
-    found = {}
-    for bp in ("patch", "grid", "bvh"):
-        sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01,
-                                     broad_phase=bp)
-        sc.detect(x, v, 1 / 60, G)
-        keys = sc.contact_keys()
-        assert len(keys) == len(set(keys)), f"{bp}: a contact was emitted twice"
-        found[bp] = set(keys)
-    assert len(found["patch"]) > 500
-    assert {k[0] for k in found["patch"]} == {KIND_VERTEX_TRIANGLE, KIND_EDGE_EDGE}
-    assert found["patch"] == found["grid"] == found["bvh"]
-
-
-def test_solve_serial_with_solve_args_runs_inside_another_njit_function():
-    m, rest, x, v = crumpled_sheets()
-    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.01, friction=0.3)
-    sc.detect(x, v, 1 / 60, G)
-    assert sc.count > 500
-    prev = x - np.float32(0.001)
-
-    @numba.njit
-    def iterate(pos, prev_pos, args, times):
-        for _ in range(times):
-            solve_serial(pos, prev_pos, *args)
-
-    y = x.copy()
-    iterate(y, prev, sc.solve_args(), 3)
-    z = x.copy()
-    for _ in range(3):
-        sc.solve(z, prev)
-    assert not np.array_equal(y, x), "the solve did nothing"
-    assert np.array_equal(y, z)
