@@ -25,16 +25,16 @@ from drape.solver import ClothParams, StepInputs, build_model, step, vertex_mass
 DT = 1.0 / 60.0
 
 
-def _scene(nx, substeps, tethers):
+def _scene(nx, substeps, tethers, limits=True):
     rest, fi, fs, pin = hanging_sheet(nx, nx)
-    params = ClothParams(substeps=substeps, tethers=tethers)
+    params = ClothParams(substeps=substeps, tethers=tethers, stretch_limits=limits)
     model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
     return model, params, rest
 
 
-def settled_hanging_ratio(nx, substeps, tethers, steps=240):
+def settled_hanging_ratio(nx, substeps, tethers, steps=240, limits=True):
     """Pinned row to lowest point once settled (no collider), over the rest length."""
-    model, params, rest = _scene(nx, substeps, tethers)
+    model, params, rest = _scene(nx, substeps, tethers, limits)
     state = model.new_state()
     for _ in range(steps):
         step(model, state, None, DT, params)
@@ -42,8 +42,9 @@ def settled_hanging_ratio(nx, substeps, tethers, steps=240):
     return float((rest[0, 2] - z.min()) / (rest[0, 2] - rest[:, 2].min()))
 
 
-def swinging(nx, substeps, tethers, warmup=120, measured=240, scene="hanging_sheet_swinging_capsule"):
-    model, params, rest = _scene(nx, substeps, tethers)
+def swinging(nx, substeps, tethers, warmup=120, measured=240, scene="hanging_sheet_swinging_capsule",
+             limits=True):
+    model, params, rest = _scene(nx, substeps, tethers, limits)
     state = model.new_state()
     pairs, rest_len = model.stretch.pairs, model.stretch.rest
     t = 0.0
@@ -64,6 +65,7 @@ def swinging(nx, substeps, tethers, warmup=120, measured=240, scene="hanging_she
                 means.append(float(s.mean()))
                 maxes.append(float(s.max()))
     return dict(scene=scene, vertices=int(model.n), substeps=substeps, threads=1, tethers=tethers,
+                stretch_limits=limits,
                 ms_per_step_median=round(median_ms(times), 4),
                 ms_per_step_p10=round(float(np.percentile(times, 10)) * 1e3, 4),
                 # This thread's CPU time: leaves out waiting for a core on a busy machine.
@@ -110,12 +112,15 @@ def main():
          compile_cold_s=round(ct["cold"][0] + ct["cold"][1], 3), first_step_cold_s=round(ct["cold"][1], 3),
          compile_warm_cache_s=round(ct["warm"][0] + ct["warm"][1], 3),
          first_step_warm_cache_s=round(ct["warm"][1], 3))
-    for tethers in (True, False):
-        row = swinging(100, 2, tethers)
-        row["hanging_length_ratio"] = round(settled_hanging_ratio(100, 2, tethers), 4)
+    # The defaults (tethers and stretch limits), the reference's setup
+    # (tethers only), and neither.
+    for tethers, limits in ((True, True), (True, False), (False, False)):
+        row = swinging(100, 2, tethers, limits=limits)
+        row["hanging_length_ratio"] = round(settled_hanging_ratio(100, 2, tethers, limits=limits), 4)
         emit(**row)
-    row = swinging(32, 20, True, scene="sheet32_20_substeps_swinging_capsule")
-    emit(**row)
+    for limits in (True, False):
+        row = swinging(32, 20, True, scene="sheet32_20_substeps_swinging_capsule", limits=limits)
+        emit(**row)
     sizes = (32, 64, 100) if quick else (32, 64, 100, 200, 300)
     base = None
     for nx in sizes:
