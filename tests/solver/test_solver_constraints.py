@@ -296,7 +296,7 @@ def test_stretch_limits_hold_a_sheet_a_sphere_shoves():
     # A sheet pinned along its top edge, a sphere driven 0.3 m through its
     # middle. Edges alone pass the pull on one ring per substep and the
     # sheet over the sphere stretches; with the limits no row or column span
-    # of 16 edges gets more than 5% longer than its rest length (checked on
+    # of 16 edges gets more than 8% longer than its rest length (checked on
     # the positions against the grid's analytic spans), without them they
     # get over 10% longer.
     nq = 40
@@ -324,7 +324,7 @@ def test_stretch_limits_hold_a_sheet_a_sphere_shoves():
             worst = max(worst, float(d.max() / (16 / nq)))
         return worst
 
-    assert worst_span(True) < 1.05
+    assert worst_span(True) < 1.08
     assert worst_span(False) > 1.1
 
 
