@@ -144,7 +144,7 @@ class DrapeClothSettings(PropertyGroup):
     tethers: BoolProperty(name="Tethers", description="Long-range attachments to the nearest pin: stop "
                           "free vertices from stretching away from pinned ones", default=True)
     stretch_limits: BoolProperty(name="Stretch limits",
-                                 description="Long-range limits along the cloth: points 3 and 12 edges "
+                                 description="Long-range limits along the cloth: points 4 and 12 edges "
                                  "apart may not move farther apart than their rest distance along the surface "
                                  "(times the tether scale). Stops stretching where a collider shoves the cloth "
                                  "or it hangs over something, which tethers to the pins cannot see",

@@ -60,7 +60,7 @@ class ClothParams:
     tether_damping: float = 0.0
 
     tethers: bool = True
-    # Long-range stretch limits: pairs 3 and 12 edges apart along the
+    # Long-range stretch limits: pairs 4 and 12 edges apart along the
     # mesh's straightest paths may not be farther apart than their rest path
     # length times tether_scale (with the tethers' compliance). Keeps cloth
     # from stretching where a collider shoves it or it hangs over an
