@@ -628,7 +628,17 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             if d0 < reach or d0 + cons * close < reach:
                 if not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
                     continue
+                facing = False
                 if layered:
+                    # The layer order holds where the two layers face the same
+                    # way; where the inner one is folded back under the outer
+                    # (their normals disagree), forcing the outer vertex to its
+                    # normal side would push it through the fold: the side at
+                    # step start decides there, as for unlayered cloth.
+                    _, _, _, _, _, _, pnx, pny, pnz = _tri_frame(pos, triangles[P, 0], triangles[P, 1],
+                                                                 triangles[P, 2])
+                    facing = pnx * tnx + pny * tny + pnz * tnz > 0.0
+                if facing:
                     # Outer layer (higher order) stays on the normal side of the inner layer.
                     sgn = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
                 else:
@@ -712,11 +722,12 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
                     pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
                 if layered:
                     # Edge of A outside B's layer: the normal points the way A's
-                    # layer lies from B's (A's face normal, with the layer's sign).
+                    # layer lies from B's (B's face normal, with the layer's
+                    # sign), where the layers face the same way (see above).
                     sgn = 1.0 if layA > layB else -1.0
                     _, _, _, _, _, _, bnx, bny, bnz = _tri_frame(
                         pos, triangles[B, 0], triangles[B, 1], triangles[B, 2])
-                    if (nx * bnx + ny * bny + nz * bnz) * sgn < 0.0:
+                    if fnx * bnx + fny * bny + fnz * bnz > 0.0 and (nx * bnx + ny * bny + nz * bnz) * sgn < 0.0:
                         nx, ny, nz = -nx, -ny, -nz
                 # Stored in A's frame, so a cached contact turns with the cloth.
                 cu = nx * ux_ + ny * uy_ + nz * uz_
