@@ -703,7 +703,7 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask
     swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry)
 
 
-@njit(inline="always", **JIT)
+@njit(**JIT)
 def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
     """Where the path of a vertex from (x0, y0, z0) at substep start to its
     predicted (x1, y1, z1) enters one capsule (see generate_contacts).
