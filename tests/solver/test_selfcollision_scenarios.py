@@ -90,11 +90,10 @@ def test_two_cloth_objects_falling_onto_each_other():
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason="with the outer layer masked off the capsule (model.set_collider_mask) it rests "
-                          "on the inner layer alone and, swung at 2.6 m/s, folds through itself: first "
-                          "intersections at frame 9 (109 outer-outer pairs, 29 inner-outer, a few outer "
-                          "vertices pushed through the inner layer into the capsule), 3,367 pairs by frame 29 "
-                          "(unmasked, the capsule also holds the outer layer: first at frame 9, worst 790); "
-                          "self collision within a layer does not hold this motion",
+                          "on the inner layer alone and, swung at 2.6 m/s, folds through itself: self "
+                          "collision within a layer does not hold this motion. The count is chaotic: worst "
+                          "5,949 crossing pairs with the default stretch limits, 335 with them at half "
+                          "strength, 123 without them",
                    strict=True)
 def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
     # Two sheets 2 cm apart, their middle rows pinned to a capsule that
@@ -133,7 +132,8 @@ def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
 @pytest.mark.slow
 @pytest.mark.xfail(reason="a 64x64 sheet hitting a wall at 1.5 m/s is crushed in-plane by the core (rest "
                           "spacing 15.6 mm squeezed to ~3 mm on the ground) faster than frozen contacts "
-                          "can hold it: self collision halves the intersections but does not reach 0",
+                          "can hold it: self collision halves the intersections but does not reach 0 "
+                          "(worst 568 crossing pairs; 574 without the stretch limits)",
                    strict=True)
 def test_sheet_dropped_flat_piles_up_without_intersections():
     rest, fi, fs = sheet(64, 1.0, 0.5, -0.5, -0.5)
