@@ -826,7 +826,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
        is now outside on the far side (pushed back to the side it came from);
     3. half-spaces last, so the ground wins.
     A vertex with cmask[i] == 0 skips passes 1 and 2 (it has no swept entry:
-    contact_vertex left hit[i] = 0) but not the half-spaces.
+    the swept contacts left hit[i] = 0) but not the half-spaces.
     contact[:, i] accumulates normal, push depth and collider velocity for
     velocity-level friction. With count >= 0 only the vertices cand[:count]
     are visited (from_aos4_collect: every vertex that could need it);
