@@ -466,6 +466,26 @@ def solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_en
 # ---------------------------------------------------------------- colliders
 
 @njit(inline="always", **JIT)
+def _sphere_push(vx, vy, vz, r, s, ax, ay, az):
+    """The capsule distances' result for a point at offset v from its closest
+    sphere (radius r, axis fraction s): (distance, unit normal, s). On the
+    axis (v = 0) any direction perpendicular to the axis (ax, ay, az) will do."""
+    d2 = vx * vx + vy * vy + vz * vz
+    if d2 > EPS * EPS:
+        dc = np.sqrt(d2)
+        inv = F1 / dc
+        return dc - r, vx * inv, vy * inv, vz * inv, s
+    if abs(ax) < abs(ay):
+        nx, ny, nz = F0, -az, ay
+    else:
+        nx, ny, nz = az, F0, -ax
+    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
+    if nl < EPS:
+        return -r, F0, F0, F1, s
+    return -r, nx / nl, ny / nl, nz / nl, s
+
+
+@njit(inline="always", **JIT)
 def capsule_distance(px, py, pz, ax, ay, az, bx, by, bz, ra, rb):
     """Signed distance to a round cone (a capsule with one radius per end):
     min over s of |p - c(s)| - r(s), the union of spheres along the axis.
@@ -498,21 +518,7 @@ def capsule_distance(px, py, pz, ax, ay, az, bx, by, bz, ra, rb):
         s = sd * inv
         r = ra + (rb - ra) * s
         cx, cy, cz = ax + sd * ux, ay + sd * uy, az + sd * uz
-    vx, vy, vz = px - cx, py - cy, pz - cz
-    d2 = vx * vx + vy * vy + vz * vz
-    if d2 > EPS * EPS:
-        dc = np.sqrt(d2)
-        inv = F1 / dc
-        return dc - r, vx * inv, vy * inv, vz * inv, s
-    # On the axis: any direction perpendicular to it will do.
-    if abs(dx) < abs(dy):
-        nx, ny, nz = F0, -dz, dy
-    else:
-        nx, ny, nz = dz, F0, -dx
-    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
-    if nl < EPS:
-        return -r, F0, F0, F1, s
-    return -r, nx / nl, ny / nl, nz / nl, s
+    return _sphere_push(px - cx, py - cy, pz - cz, r, s, dx, dy, dz)
 
 
 @njit(**JIT)
@@ -589,21 +595,7 @@ def capsule_distance_pre(px, py, pz, c):
         sd = ln
     s = sd * c[7]
     r = c[8] + (c[9] - c[8]) * s
-    vx, vy, vz = qx - sd * ux, qy - sd * uy, qz - sd * uz
-    d2 = vx * vx + vy * vy + vz * vz
-    if d2 > EPS * EPS:
-        dc = np.sqrt(d2)
-        inv = F1 / dc
-        return dc - r, vx * inv, vy * inv, vz * inv, s
-    # On the axis: any direction perpendicular to it will do.
-    if abs(ux) < abs(uy):
-        nx, ny, nz = F0, -uz, uy
-    else:
-        nx, ny, nz = uz, F0, -ux
-    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
-    if nl < EPS:
-        return -r, F0, F0, F1, s
-    return -r, nx / nl, ny / nl, nz / nl, s
+    return _sphere_push(qx - sd * ux, qy - sd * uy, qz - sd * uz, r, s, ux, uy, uz)
 
 
 @njit(**JIT)
