@@ -256,18 +256,21 @@ def test_triangulate_fans_quads_and_ngons():
         skinning.triangulate([0, 1, 2], [4])
 
 
-def test_parallel_and_serial_skinning_agree(monkeypatch):
-    """Large dense meshes skin in parallel; the result must not change."""
+@pytest.mark.parametrize("kind", [0, 1, 2])
+def test_parallel_and_serial_skinning_agree(monkeypatch, kind):
+    """Large dense meshes skin in parallel; the result must not change, with
+    each of skin's three formulas (no offsets, along the normal, any)."""
     coarse, tris = sheet(10, 10)
-    dense, _ = sheet(40, 40, z=0.003)
-    frill = dense[:50] + np.array([-0.2, 0.0, 0.1])
-    dense = np.concatenate([sheet(40, 40)[0], dense, frill])  # all three passes
+    on_surface = sheet(40, 40)[0]
+    above, _ = sheet(40, 40, z=0.003)
+    frill = above[:50] + np.array([-0.2, 0.0, 0.1])
+    dense = [on_surface, np.concatenate([on_surface, above]),
+             np.concatenate([on_surface, above, frill])][kind]
     binding = skinning.bind(coarse, tris, dense)
-    assert np.all(np.diff(binding._scratch.class_start) > 0)
+    assert binding._scratch.kind == kind
     deformed = roll(coarse, 0.4).astype(np.float32)
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 10**9)
     serial = skinning.skin(binding, deformed)
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 1)
     parallel = skinning.skin(binding, deformed)
     np.testing.assert_allclose(serial, parallel, atol=1e-6)
-
