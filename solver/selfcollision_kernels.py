@@ -310,84 +310,98 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
 
 
 @njit(**_JIT)
-def _tri_planes(pos, triangles, pl):
-    """Per triangle at step start: its plane and the three planes through its
-    edges perpendicular to it, outward (unit normal, offset): pl (t, 16)."""
-    for t in range(triangles.shape[0]):
-        i0 = triangles[t, 0]
-        i1 = triangles[t, 1]
-        i2 = triangles[t, 2]
-        ux = pos[0, i1] - pos[0, i0]
-        uy = pos[1, i1] - pos[1, i0]
-        uz = pos[2, i1] - pos[2, i0]
-        wx = pos[0, i2] - pos[0, i0]
-        wy = pos[1, i2] - pos[1, i0]
-        wz = pos[2, i2] - pos[2, i0]
-        nx = uy * wz - uz * wy
-        ny = uz * wx - ux * wz
-        nz = ux * wy - uy * wx
-        ln = np.sqrt(nx * nx + ny * ny + nz * nz)
-        if ln < 1e-30:
-            for j in range(16):
-                pl[t, j] = 0.0   # degenerate: every plane test passes (no reject)
-            continue
-        nx /= ln
-        ny /= ln
-        nz /= ln
-        pl[t, 0] = nx
-        pl[t, 1] = ny
-        pl[t, 2] = nz
-        pl[t, 3] = nx * pos[0, i0] + ny * pos[1, i0] + nz * pos[2, i0]
-        for k in range(3):
-            a = triangles[t, k]
-            b = triangles[t, (k + 1) % 3]
-            ex = pos[0, b] - pos[0, a]
-            ey = pos[1, b] - pos[1, a]
-            ez = pos[2, b] - pos[2, a]
-            # e x n points out of the triangle for counter-clockwise corners about n
-            mx = ey * nz - ez * ny
-            my = ez * nx - ex * nz
-            mz = ex * ny - ey * nx
-            lm = np.sqrt(mx * mx + my * my + mz * mz)
-            if lm < 1e-30:
-                mx = my = mz = 0.0
-                lm = 1.0
-            mx /= lm
-            my /= lm
-            mz /= lm
-            pl[t, 4 + 4 * k] = mx
-            pl[t, 5 + 4 * k] = my
-            pl[t, 6 + 4 * k] = mz
-            pl[t, 7 + 4 * k] = mx * pos[0, a] + my * pos[1, a] + mz * pos[2, a]
+def _tri_points(pos, triangles, t):
+    """Corners of triangle t as 9 scalars (a branch-free accessor: the
+    array refcounts around it are pruned, unlike those of a helper that
+    takes the arrays and branches)."""
+    i0 = triangles[t, 0]
+    i1 = triangles[t, 1]
+    i2 = triangles[t, 2]
+    return (pos[0, i0], pos[1, i0], pos[2, i0], pos[0, i1], pos[1, i1], pos[2, i1],
+            pos[0, i2], pos[1, i2], pos[2, i2])
 
 
 @njit(**_JIT)
-def _separated(pos, triangles, pl, A, B, lim):
-    """True when a plane of A (its own or one through an edge) has all of B
-    farther than lim on its outer side (its own plane: on either side): then
-    no point of B is within lim of A. Degenerate triangles never separate."""
-    b0 = triangles[B, 0]
-    b1 = triangles[B, 1]
-    b2 = triangles[B, 2]
-    nx = pl[A, 0]
-    ny = pl[A, 1]
-    nz = pl[A, 2]
-    d = pl[A, 3]
-    h0 = nx * pos[0, b0] + ny * pos[1, b0] + nz * pos[2, b0] - d
-    h1 = nx * pos[0, b1] + ny * pos[1, b1] + nz * pos[2, b1] - d
-    h2 = nx * pos[0, b2] + ny * pos[1, b2] + nz * pos[2, b2] - d
+def _plane_row(pl, t):
+    """Row t of the plane table as a 16-tuple (branch-free accessor)."""
+    return (pl[t, 0], pl[t, 1], pl[t, 2], pl[t, 3], pl[t, 4], pl[t, 5], pl[t, 6], pl[t, 7],
+            pl[t, 8], pl[t, 9], pl[t, 10], pl[t, 11], pl[t, 12], pl[t, 13], pl[t, 14], pl[t, 15])
+
+
+@njit(**_JIT)
+def _tri_plane(c):
+    """A triangle's plane and the three planes through its edges
+    perpendicular to it, outward (unit normal, offset), from its corners c
+    (9 scalars): a 16-tuple, all zero for a degenerate triangle (then every
+    plane test passes: no reject)."""
+    x = (np.float64(c[0]), np.float64(c[3]), np.float64(c[6]))
+    y = (np.float64(c[1]), np.float64(c[4]), np.float64(c[7]))
+    z = (np.float64(c[2]), np.float64(c[5]), np.float64(c[8]))
+    ux = x[1] - x[0]
+    uy = y[1] - y[0]
+    uz = z[1] - z[0]
+    wx = x[2] - x[0]
+    wy = y[2] - y[0]
+    wz = z[2] - z[0]
+    nx = uy * wz - uz * wy
+    ny = uz * wx - ux * wz
+    nz = ux * wy - uy * wx
+    ln = np.sqrt(nx * nx + ny * ny + nz * nz)
+    if ln < 1e-30:
+        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    nx /= ln
+    ny /= ln
+    nz /= ln
+    e = np.zeros(12)
+    for k in range(3):
+        k1 = (k + 1) % 3
+        ex = x[k1] - x[k]
+        ey = y[k1] - y[k]
+        ez = z[k1] - z[k]
+        # e x n points out of the triangle for counter-clockwise corners about n
+        mx = ey * nz - ez * ny
+        my = ez * nx - ex * nz
+        mz = ex * ny - ey * nx
+        lm = np.sqrt(mx * mx + my * my + mz * mz)
+        if lm < 1e-30:
+            mx = my = mz = 0.0
+            lm = 1.0
+        mx /= lm
+        my /= lm
+        mz /= lm
+        e[4 * k] = mx
+        e[4 * k + 1] = my
+        e[4 * k + 2] = mz
+        e[4 * k + 3] = mx * x[k] + my * y[k] + mz * z[k]
+    return (nx, ny, nz, nx * x[0] + ny * y[0] + nz * z[0], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7],
+            e[8], e[9], e[10], e[11])
+
+
+@njit(**_JIT)
+def _separated(P, c, lim):
+    """True when a plane of triangle A (P: its _tri_plane row) has all of
+    triangle B (c: its corners, 9 scalars) farther than lim on its outer side
+    (its own plane: on either side): then no point of B is within lim of A.
+    Degenerate triangles never separate."""
+    nx = P[0]
+    ny = P[1]
+    nz = P[2]
+    d = P[3]
+    h0 = nx * c[0] + ny * c[1] + nz * c[2] - d
+    h1 = nx * c[3] + ny * c[4] + nz * c[5] - d
+    h2 = nx * c[6] + ny * c[7] + nz * c[8] - d
     if (nx != 0.0 or ny != 0.0 or nz != 0.0) and (min(h0, h1, h2) > lim or max(h0, h1, h2) < -lim):
         return True
     for k in range(3):
-        mx = pl[A, 4 + 4 * k]
-        my = pl[A, 5 + 4 * k]
-        mz = pl[A, 6 + 4 * k]
+        mx = P[4 + 4 * k]
+        my = P[5 + 4 * k]
+        mz = P[6 + 4 * k]
         if mx == 0.0 and my == 0.0 and mz == 0.0:
             continue
-        d = pl[A, 7 + 4 * k]
-        if (mx * pos[0, b0] + my * pos[1, b0] + mz * pos[2, b0] - d > lim
-                and mx * pos[0, b1] + my * pos[1, b1] + mz * pos[2, b1] - d > lim
-                and mx * pos[0, b2] + my * pos[1, b2] + mz * pos[2, b2] - d > lim):
+        d = P[7 + 4 * k]
+        if (mx * c[0] + my * c[1] + mz * c[2] - d > lim
+                and mx * c[3] + my * c[4] + mz * c[5] - d > lim
+                and mx * c[6] + my * c[7] + mz * c[8] - d > lim):
             return True
     return False
 
@@ -1490,20 +1504,28 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 3] = np.sqrt(dev)
     sph = np.empty((nt, 8), np.float64)
     _tri_spheres(pos, rel, triangles, sph)
+    # Planes only for the triangles that reach the plane test (a few in ten).
     pl = np.empty((nt, 16), np.float64)
-    _tri_planes(pos, triangles, pl)
+    pl_ready = np.zeros(nt, np.uint8)
     order = np.argsort(pbox[:, 0])
-    maxp = 0
-    for p in range(npatch):
-        maxp = max(maxp, pstart[p + 1] - pstart[p])
-    qlist = np.empty(maxp, np.int64)
+    # Per patch p: the patches q it must be tested against (segments of
+    # seg_tri: q's triangles inside p's box), then each triangle of p stamps
+    # its two rings once and meets every listed triangle. The loops used to
+    # run q outside a, which stamped every ring once per (a, q): on the
+    # 100x100 sheet nine in ten overlapping pairs are ring neighbours, so the
+    # stamps were most of the cost.
+    seg_q = np.empty(npatch, np.int64)
+    seg_start = np.empty(npatch + 1, np.int64)
+    seg_tri = np.empty(nt, np.int64)
     mark = np.zeros(n, np.int64)
-    stamped = -1
     count = 0
     overlaps = 0
     narrow = 0
     for ii in range(npatch):
         p = order[ii]
+        nseg = 0
+        fill = 0
+        seg_start[0] = 0
         for jj in range(ii, npatch):
             q = order[jj]
             if jj > ii:
@@ -1538,29 +1560,47 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         if min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
                             continue
             # Only q's triangles inside p's box can meet p's (and the other way).
-            nq = 0
+            start = fill
             for jb in range(pstart[q], pstart[q + 1]):
                 b = ptris[jb]
                 if p == q or not (box[b, 0] > pbox[p, 3] or pbox[p, 0] > box[b, 3] or box[b, 1] > pbox[p, 4]
                                   or pbox[p, 1] > box[b, 4] or box[b, 2] > pbox[p, 5] or pbox[p, 2] > box[b, 5]):
-                    qlist[nq] = jb
-                    nq += 1
-            if nq == 0:
-                continue
-            for ja in range(pstart[p], pstart[p + 1]):
-                a = ptris[ja]
+                    seg_tri[fill] = jb
+                    fill += 1
+            if fill > start:
+                seg_q[nseg] = q
+                nseg += 1
+                seg_start[nseg] = fill
+        if nseg == 0:
+            continue
+        for ja in range(pstart[p], pstart[p + 1]):
+            a = ptris[ja]
+            stamped = False
+            a0, a1, a2, a3, a4, a5 = box[a, 0], box[a, 1], box[a, 2], box[a, 3], box[a, 4], box[a, 5]
+            for k in range(nseg):
+                q = seg_q[k]
                 if p != q and (box[a, 0] > pbox[q, 3] or pbox[q, 0] > box[a, 3] or box[a, 1] > pbox[q, 4]
                                or pbox[q, 1] > box[a, 4] or box[a, 2] > pbox[q, 5] or pbox[q, 2] > box[a, 5]):
                     continue
-                for iq in range(nq):
-                    jb = qlist[iq]
+                for iq in range(seg_start[k], seg_start[k + 1]):
+                    jb = seg_tri[iq]
                     if p == q and jb <= ja:
                         continue
                     b = ptris[jb]
-                    if (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
-                            or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5]):
+                    # One branch per test, not six: about half the tests
+                    # pass, and short-circuit tests mispredicted.
+                    if ((a0 > box[b, 3]) | (box[b, 0] > a3) | (a1 > box[b, 4])
+                            | (box[b, 1] > a4) | (a2 > box[b, 5]) | (box[b, 2] > a5)):
                         continue
                     overlaps += 1
+                    # Two rings first: nine in ten overlapping pairs end here.
+                    if not stamped:
+                        for q_ in range(ring_start[a], ring_start[a + 1]):
+                            mark[ring[q_]] = a + 1
+                        stamped = True
+                    if ((mark[triangles[b, 0]] == a + 1) | (mark[triangles[b, 1]] == a + 1)
+                            | (mark[triangles[b, 2]] == a + 1)):
+                        continue
                     A = min(a, b)
                     B = max(a, b)
                     rA = tri_region[A]
@@ -1568,23 +1608,24 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     mode = mode_matrix[max(rA, rB), min(rA, rB)]
                     if mode == MODE_OFF:
                         continue
-                    if stamped != a:
-                        for q_ in range(ring_start[a], ring_start[a + 1]):
-                            mark[ring[q_]] = a + 1
-                        stamped = a
-                    if (mark[triangles[b, 0]] == a + 1 or mark[triangles[b, 1]] == a + 1
-                            or mark[triangles[b, 2]] == a + 1):
-                        continue
                     if _spheres_apart(sph, a, b, max_cons, max_reach):
                         continue
                     lim = _pair_reach(sph, a, b, max_cons, max_reach)
-                    if _separated(pos, triangles, pl, a, b, lim) or _separated(pos, triangles, pl, b, a, lim):
+                    ca = _tri_points(pos, triangles, a)
+                    cb = _tri_points(pos, triangles, b)
+                    for t, ct in ((a, ca), (b, cb)):
+                        if pl_ready[t] == 0:
+                            row = _tri_plane(ct)
+                            for j in range(16):
+                                pl[t, j] = row[j]
+                            pl_ready[t] = 1
+                    if _separated(_plane_row(pl, a), cb, lim) or _separated(_plane_row(pl, b), ca, lim):
                         continue
                     narrow += 1
                     count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
                                          edge_tris, region_thick, region_fric, region_cons, region_layer,
                                          tri_region, margin, vtri_start, vtri, box, adj_start, adj, sph,
-                                             out_vertex, out_kind, out_normal, out_frame,
+                                         out_vertex, out_kind, out_normal, out_frame,
                                          out_target, out_friction, count)
     stats[0] = overlaps
     stats[1] = narrow
