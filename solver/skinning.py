@@ -885,18 +885,22 @@ def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out):
 
 
 @njit(**_KERNEL)
-def _skin_serial(px, py, pz, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
+def _skin_serial(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
                  coarse, pinned, pin_weight, targets, out):
-    _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse)
+    """One frame: pos (3, c) rows (any strides), targets and out (m, 3)
+    C-contiguous (targets (0, 3) without pins)."""
+    out = out.reshape(out.size)
+    _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
     _skin_vertices(kind, coarse, alpha, corners, bary, offset, out)
-    _apply_pins(pinned, pin_weight, targets, out)
+    _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
 @njit(parallel=True, **_KERNEL)
-def _skin_parallel(px, py, pz, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
+def _skin_parallel(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
                    coarse, pinned, pin_weight, targets, out):
     """_skin_serial with the dense pass split over threads (same formulas)."""
-    _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse)
+    out = out.reshape(out.size)
+    _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
     x, y, z, nx, ny, nz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
     ca, cb, cc = corners[0], corners[1], corners[2]
     w0, w1, w2 = bary[0], bary[1], bary[2]
@@ -920,23 +924,26 @@ def _skin_parallel(px, py, pz, tris, corner_weight, alpha, unit_faces, kind, cor
             out[3 * k] = px_
             out[3 * k + 1] = py_
             out[3 * k + 2] = pz_
-    _apply_pins(pinned, pin_weight, targets, out)
+    _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
-_NO_TARGETS = np.zeros(0, np.float32)
+_NO_TARGETS = np.zeros((0, 3), np.float32)
 
 
-def _coarse_components(binding, coarse_positions):
-    pos = np.asarray(coarse_positions)
+def _coarse_rows(binding, coarse_positions):
+    """coarse_positions as (3, c) float32 rows (a transposed view of (c, 3)
+    input; the kernel copies the rows once)."""
+    pos = coarse_positions
+    if type(pos) is not np.ndarray or pos.dtype != np.float32:
+        pos = np.asarray(pos, dtype=np.float32)
     c = binding.n_coarse
-    if pos.dtype != np.float32:
-        pos = pos.astype(np.float32)
-    if pos.shape == (c, 3):
-        return pos[:, 0], pos[:, 1], pos[:, 2]
-    if pos.shape == (3, c):
-        return pos[0], pos[1], pos[2]
+    shape = pos.shape
+    if shape == (c, 3):
+        return pos.T
+    if shape == (3, c):
+        return pos
     raise ValueError(
-        f"coarse_positions must be ({c}, 3) or SoA (3, {c}), got {pos.shape}")
+        f"coarse_positions must be ({c}, 3) or SoA (3, {c}), got {shape}")
 
 
 def vertex_normals(positions, triangles):
@@ -958,7 +965,9 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
     binding has pinned dense vertices; only their rows are read.
     Smooth coarse normals and the Phong patches are rebuilt on every call.
     """
-    px, py, pz = _coarse_components(binding, coarse_positions)
+    # Checks kept to attribute and shape tests: this runs every frame, and at
+    # ~60 us per skin each microsecond of Python shows.
+    pos = _coarse_rows(binding, coarse_positions)
     m = binding.n_dense
     if out is None:
         out = np.empty((m, 3), np.float32)
@@ -970,17 +979,21 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
             raise ValueError(
                 f"the binding pins {binding.pinned_indices.shape[0]} dense vertices; "
                 "pass their pin_targets")
-        targets = np.asarray(pin_targets, dtype=np.float32)
+        targets = pin_targets
+        if (type(targets) is not np.ndarray or targets.dtype != np.float32
+                or not targets.flags.c_contiguous):
+            targets = np.ascontiguousarray(targets, dtype=np.float32)
         if targets.shape != (m, 3):
             raise ValueError(f"pin_targets must be ({m}, 3), got {targets.shape}")
-        targets = np.ascontiguousarray(targets).reshape(-1)
     kernel = _skin_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
         kernel = _skin_parallel
     # The kernel writes flat records: a strided `out` is filled through a copy.
-    flat_out = out if out.flags.c_contiguous else np.empty((m, 3), np.float32)
-    kernel(px, py, pz, *binding._scratch, targets, flat_out.reshape(-1))
-    if flat_out is not out:
+    if out.flags.c_contiguous:
+        kernel(pos, *binding._scratch, targets, out)
+    else:
+        flat_out = np.empty((m, 3), np.float32)
+        kernel(pos, *binding._scratch, targets, flat_out)
         out[:] = flat_out
     return out
 
