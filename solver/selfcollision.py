@@ -342,6 +342,8 @@ class SelfCollision:
         self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
         self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
             tri, self.tri_edges, len(self.edges), n, self._bvh_order, self.patch_size)
+        self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
+                                                       self.ring, n)
 
     # ------------------------------------------------------------ contacts
 
@@ -378,7 +380,7 @@ class SelfCollision:
                     self._out_target, self._out_friction, stats)
             if self.broad_phase == "patch":
                 count = _k.detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
-                                          np.float32(self.flat_cos), *outs)
+                                          self._fstart, self._fpair, np.float32(self.flat_cos), *outs)
             elif self.broad_phase == "grid":
                 count = _k.detect_grid(*args, *outs)
             else:

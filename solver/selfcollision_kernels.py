@@ -1342,6 +1342,40 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
     return pstart[:np_ + 1].copy(), ptris, nstart, nbr
 
 
+@njit(cache=True)
+def patch_far_pairs(pstart, ptris, triangles, ring_start, ring, n):
+    """For every triangle slot ja of a patch (an index into ptris), the later
+    slots jb of the same patch whose triangle is more than two rings from
+    its own (CSR over slots: fpair[fstart[ja]:fstart[ja + 1]]). Only these
+    pairs can make contacts inside a patch, and they are a small part of its
+    pairs: detection walks them instead of box-testing every pair of the
+    patch and rejecting the neighbours one by one."""
+    npatch = pstart.shape[0] - 1
+    ns = ptris.shape[0]
+    mark = np.full(n, -1, np.int64)
+    fstart = np.zeros(ns + 1, np.int64)
+    for rep in range(2):
+        if rep == 1:
+            for j in range(ns):
+                fstart[j + 1] += fstart[j]
+            fpair = np.empty(fstart[ns], np.int64)
+        for p in range(npatch):
+            for ja in range(pstart[p], pstart[p + 1]):
+                a = ptris[ja]
+                for q_ in range(ring_start[a], ring_start[a + 1]):
+                    mark[ring[q_]] = a
+                m = fstart[ja] if rep == 1 else 0
+                for jb in range(ja + 1, pstart[p + 1]):
+                    b = ptris[jb]
+                    if mark[triangles[b, 0]] != a and mark[triangles[b, 1]] != a and mark[triangles[b, 2]] != a:
+                        if rep == 1:
+                            fpair[m] = jb
+                        m += 1
+                if rep == 0:
+                    fstart[ja + 1] = m
+    return fstart, fpair
+
+
 @njit(**_JIT)
 def _patches_adjacent(p, q, nstart, nbr):
     for j in range(nstart[p], nstart[p + 1]):
@@ -1353,9 +1387,10 @@ def _patches_adjacent(p, q, nstart, nbr):
 @njit(**_JIT)
 def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, vtri_start,
                    vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
-                   pstart, ptris, nstart, nbr, flat_cos,
+                   pstart, ptris, nstart, nbr, fstart, fpair, flat_cos,
                    out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
-    """Same contract as detect_grid, with the patch broad phase."""
+    """Same contract as detect_grid, with the patch broad phase. fstart,
+    fpair: patch_far_pairs."""
     nt = triangles.shape[0]
     n = pos.shape[1]
     npatch = pstart.shape[0] - 1
@@ -1526,6 +1561,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         nseg = 0
         fill = 0
         seg_start[0] = 0
+        own = False
         for jj in range(ii, npatch):
             q = order[jj]
             if jj > ii:
@@ -1559,11 +1595,15 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
                         if min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
                             continue
+            if p == q:
+                # p's own pairs: the static list of those beyond two rings.
+                own = True
+                continue
             # Only q's triangles inside p's box can meet p's (and the other way).
             start = fill
             for jb in range(pstart[q], pstart[q + 1]):
                 b = ptris[jb]
-                if p == q or not (box[b, 0] > pbox[p, 3] or pbox[p, 0] > box[b, 3] or box[b, 1] > pbox[p, 4]
+                if not (box[b, 0] > pbox[p, 3] or pbox[p, 0] > box[b, 3] or box[b, 1] > pbox[p, 4]
                                   or pbox[p, 1] > box[b, 4] or box[b, 2] > pbox[p, 5] or pbox[p, 2] > box[b, 5]):
                     seg_tri[fill] = jb
                     fill += 1
@@ -1571,21 +1611,30 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                 seg_q[nseg] = q
                 nseg += 1
                 seg_start[nseg] = fill
-        if nseg == 0:
+        if nseg == 0 and not own:
             continue
         for ja in range(pstart[p], pstart[p + 1]):
             a = ptris[ja]
             stamped = False
             a0, a1, a2, a3, a4, a5 = box[a, 0], box[a, 1], box[a, 2], box[a, 3], box[a, 4], box[a, 5]
-            for k in range(nseg):
-                q = seg_q[k]
-                if p != q and (box[a, 0] > pbox[q, 3] or pbox[q, 0] > box[a, 3] or box[a, 1] > pbox[q, 4]
-                               or pbox[q, 1] > box[a, 4] or box[a, 2] > pbox[q, 5] or pbox[q, 2] > box[a, 5]):
-                    continue
-                for iq in range(seg_start[k], seg_start[k + 1]):
-                    jb = seg_tri[iq]
-                    if p == q and jb <= ja:
+            # Segment -1: a's own patch (its far pairs); then the listed patches.
+            for k in range(-1, nseg):
+                if k < 0:
+                    if not own:
                         continue
+                    src = fpair
+                    lo = fstart[ja]
+                    hi = fstart[ja + 1]
+                else:
+                    q = seg_q[k]
+                    if (box[a, 0] > pbox[q, 3] or pbox[q, 0] > box[a, 3] or box[a, 1] > pbox[q, 4]
+                            or pbox[q, 1] > box[a, 4] or box[a, 2] > pbox[q, 5] or pbox[q, 2] > box[a, 5]):
+                        continue
+                    src = seg_tri
+                    lo = seg_start[k]
+                    hi = seg_start[k + 1]
+                for iq in range(lo, hi):
+                    jb = src[iq]
                     b = ptris[jb]
                     # One branch per test, not six: about half the tests
                     # pass, and short-circuit tests mispredicted.
