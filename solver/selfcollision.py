@@ -49,9 +49,12 @@ lowest on a three-way tie).
 Layers: ``layers[r]`` (>= 0, or -1 for none) orders regions from inside out.
 Between two layered regions, vertex-triangle contacts put the outer vertex on
 the front (normal) side of an inner triangle and the inner vertex behind an
-outer triangle, whatever side they started on, so tangled layers come apart
-the right way. Faces must point outwards (Blender's default for a garment
-modelled around a body).
+outer triangle (edge-edge contacts likewise), whatever side they started on,
+so tangled layers come apart the right way. That holds where the two layers
+face the same way and the feature is less than LAYER_DEPTH (one) thickness on
+the wrong side; a fold of the inner layer, or a deeper tangle, keeps the side
+it had at step start (forcing those through tore garments apart). Faces must
+point outwards (Blender's default for a garment modelled around a body).
 
 Caching: ``cache_contacts(pos, radius=...)`` detects once with a generous
 radius and then every ``detect`` reuses those contacts (no detection at all)
