@@ -91,6 +91,7 @@ C_USE_TETHERS, C_USE_WIND = 22, 23
 C_SUBSTEPS, C_ITERATIONS = 24, 25
 C_USE_ACCEL = 26
 C_USE_LIMITS = 27
+C_COFF_MAX = 28    # largest per-vertex collider offset (capsule boxes grow by it)
 C_SIZE = 32
 
 
@@ -564,25 +565,28 @@ def prepare_capsules(cap, margin):
 
 
 @njit(inline="always", **JIT)
-def capsule_row(pre, j):
-    """Row j of prepare_capsules as a tuple of scalars. Per-element helpers
-    take scalars and tuples, never arrays: an array argument makes numba
-    refcount it on every call (atomic NRT_incref/decref that LLVM cannot
-    prune past a branch), which made per-vertex loops 100x slower. This
-    accessor has no branch, so its own refcounts are pruned."""
+def capsule_row_off(pre, j, off):
+    """Row j of prepare_capsules as a tuple of scalars, both radii grown by
+    off (a vertex's collider offset: an outer layer of clothing keeps clear
+    of the body by the inner layers' thickness; the same difference of radii
+    keeps the slope and mode). Per-element helpers take scalars and tuples,
+    never arrays: an array argument makes numba refcount it on every call
+    (atomic NRT_incref/decref that LLVM cannot prune past a branch), which
+    made per-vertex loops 100x slower. This accessor has no branch, so its
+    own refcounts are pruned."""
     return (pre[j, 0], pre[j, 1], pre[j, 2], pre[j, 3], pre[j, 4], pre[j, 5],
-            pre[j, 6], pre[j, 7], pre[j, 8], pre[j, 9], pre[j, 10], pre[j, 11])
+            pre[j, 6], pre[j, 7], pre[j, 8] + off, pre[j, 9] + off, pre[j, 10], pre[j, 11])
 
 
 @njit(inline="always", **JIT)
 def box_row(box, j):
-    """Row j of a (k, 6) min/max box array as a tuple (see capsule_row)."""
+    """Row j of a (k, 6) min/max box array as a tuple (see capsule_row_off)."""
     return (box[j, 0], box[j, 1], box[j, 2], box[j, 3], box[j, 4], box[j, 5])
 
 
 @njit(inline="always", **JIT)
 def capsule_distance_pre(px, py, pz, c):
-    """capsule_distance with the per-capsule constants c = capsule_row(pre, j)
+    """capsule_distance with the per-capsule constants c = capsule_row_off(pre, j, off)
     of prepare_capsules: one sqrt and one division for equal radii."""
     qx, qy, qz = px - c[0], py - c[1], pz - c[2]
     ux, uy, uz = c[3], c[4], c[5]
@@ -679,30 +683,31 @@ def path_misses(x0, y0, z0, x1, y1, z1, u):
 
 
 @njit(**JIT)
-def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask):
+def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask, pad):
     """Swept capsule contacts for this substep: the segment from the vertex's
     substep-start position (carried along with the capsule, so a capsule that
     sweeps past a still vertex is seen) to its predicted position, against the
     capsule at substep end, by Newton steps on the (convex) distance along it.
     hit[i] = 1 + index of the capsule entered first (0 = none) and
-    entry[:, i] = entry point, entry normal, surface velocity. A vertex with
-    cmask[i] == 0 ignores the capsules (an outer layer that collides with
-    cloth only)."""
+    entry[:, i] = entry point, entry normal, surface velocity. cmask[i]: the
+    vertex's collider offset (capsule radii grow by it), negative = it
+    ignores the capsules (an outer layer that collides with cloth only);
+    pad: the largest offset."""
     n = np.uint64(pos.shape[1])
     k = cap1.shape[0]
-    box = capsule_boxes(cap0, cap1, margin)
+    box = capsule_boxes(cap0, cap1, margin + pad)
     ubox = swept_box_union(box)
     cand = np.empty(n, dtype=np.uint32)
     count = 0
     for i in range(n):
         hit[i] = 0
-        if inv_mass[i] == F0 or k == 0 or cmask[i] == 0:
+        if inv_mass[i] == F0 or k == 0 or cmask[i] < F0:
             continue
         if path_misses(prev[0, i], prev[1, i], prev[2, i], pos[0, i], pos[1, i], pos[2, i], ubox):
             continue
         cand[count] = i
         count += 1
-    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry)
+    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask)
 
 
 @njit(**JIT)
@@ -710,7 +715,7 @@ def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
     """Where the path of a vertex from (x0, y0, z0) at substep start to its
     predicted (x1, y1, z1) enters one capsule (see generate_contacts).
     e0, e1: the capsule's end points (ax, ay, az, bx, by, bz) at substep
-    start and end; c = capsule_row(pre, j) at substep end.
+    start and end; c = capsule_row_off(pre, j, off) at substep end.
     Returns (found, u along the path, entry point, entry normal, axis fraction)."""
     ax0, ay0, az0 = e0[0], e0[1], e0[2]
     dx0, dy0, dz0 = e0[3] - ax0, e0[4] - ay0, e0[5] - az0
@@ -769,10 +774,11 @@ def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
 
 
 @njit(**JIT)
-def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
+def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask):
     """Swept contacts of the candidate vertices cand[:count] (their paths
-    meet the capsules' union box; hit[i] = 0 on entry) against every capsule:
-    the first capsule entered along the path wins."""
+    meet the capsules' union box; hit[i] = 0 on entry) against every capsule,
+    grown by each vertex's collider offset cmask[i] (box: grown by the
+    largest): the first capsule entered along the path wins."""
     k = cap1.shape[0]
     if count == 0 or k == 0:
         return
@@ -792,6 +798,7 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
         x0, y0, z0 = prev[0, i], prev[1, i], prev[2, i]
         x1, y1, z1 = pos[0, i], pos[1, i], pos[2, i]
         path = np.sqrt((x1 - x0) ** 2 + (y1 - y0) ** 2 + (z1 - z0) ** 2)
+        off = cmask[i]
         for j in range(k):
             # Cull: the vertex's path box misses the capsule's swept box.
             if path_misses(x0, y0, z0, x1, y1, z1, box_row(box, j)):
@@ -800,7 +807,7 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
             # vertex's own path plus the capsule's motion, and the distance
             # is 1-Lipschitz: an end point farther away than that is never
             # reached (one distance instead of the frame transform and two).
-            c = capsule_row(pre, j)
+            c = capsule_row_off(pre, j, off)
             de, _, _, _, _ = capsule_distance_pre(x1, y1, z1, c)
             if de > path + move[j]:
                 continue
@@ -820,14 +827,15 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry):
 
 
 @njit(**JIT)
-def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count):
+def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count, pad):
     """The fused three-pass projection, one load/store per vertex:
     1. live push-out of every capsule (constraints may have dragged a vertex
        in after contacts were generated);
     2. the frozen swept entry plane for a vertex that tunnelled through and
        is now outside on the far side (pushed back to the side it came from);
     3. half-spaces last, so the ground wins.
-    A vertex with cmask[i] == 0 skips passes 1 and 2 (it has no swept entry:
+    Capsule radii grow by the vertex's collider offset cmask[i] (pad: the
+    largest); a vertex with cmask[i] < 0 skips passes 1 and 2 (it has no swept entry:
     the swept contacts left hit[i] = 0) but not the half-spaces.
     contact[:, i] accumulates normal, push depth and collider velocity for
     velocity-level friction. With count >= 0 only the vertices cand[:count]
@@ -837,7 +845,7 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
     n = np.uint64(count) if use_list else np.uint64(pos.shape[1])
     kc = cap1.shape[0]
     kp = plane1.shape[0]
-    box = capsule_boxes(cap1, cap1, margin)
+    box = capsule_boxes(cap1, cap1, margin + pad)
     pre = prepare_capsules(cap1, margin)
     ubox = swept_box_union(box)
     lox, loy, loz, hix, hiy, hiz = ubox[0], ubox[1], ubox[2], ubox[3], ubox[4], ubox[5]
@@ -864,9 +872,9 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
             if (px < box[j, 0] or px > box[j, 3] or py < box[j, 1] or py > box[j, 4]
                     or pz < box[j, 2] or pz > box[j, 5]):
                 continue
-            if cmask[i] == 0:
+            if cmask[i] < F0:
                 break
-            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, capsule_row(pre, j))
+            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, capsule_row_off(pre, j, cmask[i]))
             if d < F0:
                 px -= d * nx
                 py -= d * ny
@@ -1160,7 +1168,7 @@ def begin_substep(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, 
     if caps.shape[0] + planes.shape[0] > 0:
         interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
     if caps.shape[0] > 0:
-        generate_contacts(pos, prev, inv_mass, cap0, cap1, cfg[C_MARGIN], hit, entry, cmask)
+        generate_contacts(pos, prev, inv_mass, cap0, cap1, cfg[C_MARGIN], hit, entry, cmask, cfg[C_COFF_MAX])
     if cfg[C_ITERATIONS] > F1:
         stretch[5][:] = F0
         shear[5][:] = F0
@@ -1193,7 +1201,7 @@ def _finish_vertex(x, y, z, ox, oy, oz, depth, c, inv_h, h, mu_s, mu_k, max_v, v
     """update_velocities for one vertex at (x, y, z) that started the substep
     at (ox, oy, oz): velocity, friction, clamp. depth > 0: it was pushed out
     of a collider this substep by `depth` along c[:3], a surface moving with
-    velocity c[3:]. Scalars only (see capsule_row). Returns (v, position
+    velocity c[3:]. Scalars only (see capsule_row_off). Returns (v, position
     after friction, non-finite flag)."""
     vx = (x - ox) * inv_h
     vy = (y - oy) * inv_h
@@ -1257,7 +1265,7 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
         drag = F1
     k = cap1.shape[0]
     margin = cfg[C_MARGIN]
-    box = capsule_boxes(cap0, cap1, margin)
+    box = capsule_boxes(cap0, cap1, margin + cfg[C_COFF_MAX])
     ubox = swept_box_union(box)
     n = np.uint64(pos.shape[1])
     bad = 0
@@ -1316,11 +1324,11 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, has_contacts
         pos[1, i] = y1
         pos[2, i] = z1
         # -- candidates for the swept capsule contacts of the next substep
-        if k == 0 or cmask[i] == 0 or path_misses(x, y, z, x1, y1, z1, ubox):
+        if k == 0 or cmask[i] < F0 or path_misses(x, y, z, x1, y1, z1, ubox):
             continue
         cand[count] = i
         count += 1
-    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry)
+    swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask)
     s1 = F1 - t1
     nk = np.uint64(kin.shape[0])
     for j in range(nk):
@@ -1370,7 +1378,8 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
         for _ in range(iterations):
             iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, limits, pins, soft_lam, t1)
             if has_contacts:
-                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, -1)
+                project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, -1,
+                                  cfg[C_COFF_MAX])
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad
 
@@ -1418,7 +1427,8 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
                   and (fast_tethers or cfg[C_USE_TETHERS] == F0) and self_contacts is None)
         count = -1
         if listed:
-            count = from_aos4_collect(p4, pos, hit, swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN])),
+            count = from_aos4_collect(p4, pos, hit,
+                                      swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX])),
                                       cand)
         else:
             from_aos4(p4, pos)
@@ -1429,6 +1439,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if self_contacts is not None:
             SCK.solve_serial(pos, prev, *self_contacts)
         if has_contacts:
-            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, count)
+            project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand, count,
+                              cfg[C_COFF_MAX])
     bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, has_contacts)
     return bad

@@ -202,9 +202,11 @@ class Model:
         self.hit = np.zeros(n, dtype=np.int32)
         self.entry = np.zeros((9, n), dtype=np.float32)
         self.contact = np.zeros((7, n), dtype=np.float32)
-        # 1 = collides with capsule colliders, 0 = capsules ignored (planes
-        # still apply); see set_collider_mask.
-        self.collider_mask = np.ones(n, dtype=np.uint8)
+        # Per vertex: >= 0 = collides with capsule colliders grown by this
+        # much, -1 = capsules ignored (planes still apply); see
+        # set_collider_mask and set_collider_offset. The kernels read it.
+        self.collider_offset = np.zeros(n, dtype=np.float32)
+        self.collider_offset_max = 0.0
         self.targets_scratch = np.zeros((3, n), dtype=np.float32)
         self._collider_scratch = (np.zeros((0, 14), np.float32), np.zeros((0, 14), np.float32),
                                   np.zeros((0, 9), np.float32))
@@ -264,7 +266,30 @@ class Model:
             if not (np.issubdtype(m.dtype, np.integer) or np.issubdtype(m.dtype, np.floating)) \
                     or not np.all((m == 0) | (m == 1)):
                 raise SolverError("collider mask must be bool or 0/1 values (1 = collides with capsules)")
-        self.collider_mask[:] = m.astype(np.uint8)
+        on = m.astype(bool)
+        self.collider_offset[:] = np.where(on, np.maximum(self.collider_offset, 0.0), -1.0)
+        self.collider_offset_max = float(max(self.collider_offset.max(initial=0.0), 0.0))
+
+    @property
+    def collider_mask(self):
+        """(n,) uint8: 1 = the vertex collides with capsules, 0 = it ignores them."""
+        return (self.collider_offset >= 0).astype(np.uint8)
+
+    def set_collider_offset(self, offset):
+        """Grow every capsule by `offset` metres (a number or one per vertex,
+        finite, >= 0) for these vertices: an outer layer of clothing rests on
+        the body at the inner layers' thickness instead of being squeezed onto
+        the same surface as them. Vertices masked off capsules stay masked.
+        Raises SolverError and changes nothing on a bad offset."""
+        o = np.asarray(offset, dtype=np.float64)
+        if o.ndim == 0:
+            o = np.full(self.n, float(o))
+        if o.shape != (self.n,):
+            raise SolverError(f"collider offset must be a number or have shape ({self.n},), got {o.shape}")
+        if not np.all(np.isfinite(o)) or np.any(o < 0):
+            raise SolverError("collider offset must be finite and >= 0 (metres)")
+        self.collider_offset[:] = np.where(self.collider_offset < 0, -1.0, o).astype(np.float32)
+        self.collider_offset_max = float(max(self.collider_offset.max(initial=0.0), 0.0))
 
     def soft_pin_compliance(self, params):
         w = self.soft_weight

@@ -142,6 +142,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints)
     cfg, soft_alpha, (stretch, shear, bend, tether, limits) = cached[3], cached[4], cached[5]
     cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
+    cfg[K.C_COFF_MAX] = model.collider_offset_max
     cfg[K.C_USE_WIND] = 1.0 if wind is not None else 0.0
     dummy = model.prev[:, :1]
     accel = dummy if accel is None else accel
@@ -177,12 +178,12 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                 self_contacts = sc.solve_args()
         with _FAST:
             bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
-                              plane1, model.hit, model.entry, model.collider_mask, model.contact, stretch,
+                              plane1, model.hit, model.entry, model.collider_offset, model.contact, stretch,
                               shear, bend, tether, limits, model.soft_lam, self_contacts)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
-                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.collider_mask,
+                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.collider_offset,
                                model.contact, stretch, shear, bend, tether, limits, model.soft_lam)
     else:
         # Self collision: contacts found once against the whole step's
@@ -193,7 +194,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         for sub in range(substeps):
             t1 = K.begin_substep(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
                                  caps, planes, cap0, cap1, plane1, model.hit, model.entry,
-                                 model.collider_mask, sub, stretch, shear, bend, model.soft_lam)
+                                 model.collider_offset, sub, stretch, shear, bend, model.soft_lam)
             for _ in range(int(params.iterations)):
                 with _FAST:
                     K.iterate_substep(pos, prev, model.inv_mass, cfg, stretch, shear, bend, tether, limits, pins,
@@ -201,7 +202,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                 sc.solve(pos, prev)
                 if has_contacts:
                     K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
-                                        model.hit, model.entry, model.contact, model.collider_mask, _NO_LIST, -1)
+                                        model.hit, model.entry, model.contact, model.collider_offset, _NO_LIST, -1,
+                                        cfg[K.C_COFF_MAX])
             bad += K.finish_substep(pos, prev, vel, model.inv_mass, cfg, model.contact, has_contacts)
             if bad:
                 break

@@ -74,7 +74,7 @@ def test_without_swept_contacts_the_same_capsule_would_tunnel():
     contact = np.zeros((7, len(rest)), np.float32)
     kernels.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
                               np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact,
-                              np.ones(len(rest), np.uint8), np.zeros(0, np.uint32), -1)
+                              np.zeros(len(rest), np.float32), np.zeros(0, np.uint32), -1, np.float32(0.0))
     shadow = (rest[:, 0] > 0.25) & (rest[:, 0] < 0.75) & (np.abs(rest[:, 2] - 0.5) < 0.05)
     assert np.all(x[1, shadow] < 0.5)
 
@@ -189,3 +189,50 @@ def test_bad_collider_mask_raises_and_changes_nothing():
         with pytest.raises(SolverError, match="collider mask"):
             model.set_collider_mask(bad)
         assert model.collider_mask.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_collider_offset_rests_a_vertex_that_much_off_the_capsule(iterations):
+    # Vertex 1 grown by 2 cm (an outer layer of clothing), vertex 2 not: both
+    # fall onto the same capsule; the exact distance oracle puts them at
+    # 0.02 and 0 off its surface. Vertex 0 stays masked off.
+    params = ClothParams(substeps=4, iterations=iterations, collision_margin=0.0)
+    rest = np.array([[0.0, 0.0, 0.5], [0.3, 0.0, 0.5], [-0.3, 0.0, 0.5]])
+    model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.full(3, 1e-3), np.zeros(3), params)
+    model.set_collider_mask(np.array([False, True, True]))
+    model.set_collider_offset(np.array([0.05, 0.02, 0.0]))
+    assert model.collider_mask.tolist() == [0, 1, 1]
+    state = model.new_state()
+    a, b, r = np.array([-1.0, 0.0, 0.2]), np.array([1.0, 0.0, 0.2]), 0.1
+    caps = Capsules(a[None], b[None], a[None], b[None], np.array([r]), np.array([r]))
+    for _ in range(60):
+        step(model, state, StepInputs(capsules=caps), 1 / 60, params)
+        d = oracles.point_capsule_distances(state.positions_aos().astype(np.float64), a, b, r, r)
+        assert d[1] > 0.02 - 1e-4 and d[2] > -1e-4
+    assert abs(d[1] - 0.02) < 2e-3 and abs(d[2]) < 2e-3
+    assert state.positions[2, 0] < 0.0, "the masked vertex must still fall through"
+
+
+def test_collider_offset_holds_against_a_capsule_swept_through_in_one_step():
+    params = ClothParams(substeps=2, collision_margin=0.0)
+    rest = np.array([[0.0, 0.0, 0.5], [0.3, 0.0, 0.5]])
+    model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.full(2, 1e-3), np.zeros(2), params)
+    model.set_collider_offset(0.03)
+    state = model.new_state()
+    a0, b0 = np.array([-1.0, -0.5, 0.5]), np.array([1.0, -0.5, 0.5])
+    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
+    caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([0.12]), np.array([0.12]))
+    step(model, state, StepInputs(capsules=caps), 1 / 60, params)
+    x = state.positions_aos().astype(np.float64)
+    d = oracles.point_capsule_distances(x, a1, b1, 0.12, 0.12)
+    assert np.all(d > 0.03 - 1e-4) and np.all(x[:, 1] > 0.5)
+
+
+def test_bad_collider_offset_raises_and_changes_nothing():
+    from drape.solver.params import SolverError
+    model, _ = _two_points(ClothParams())
+    model.set_collider_offset([0.0, 0.01])
+    for bad in (np.ones(3), -0.01, [np.nan, 0.0], [np.inf, 0.0]):
+        with pytest.raises(SolverError, match="collider offset"):
+            model.set_collider_offset(bad)
+        assert model.collider_offset.tolist() == [-1.0, pytest.approx(0.01)]
