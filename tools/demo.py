@@ -662,11 +662,13 @@ def main(argv=None):
                           color=(0.75, 0.55, 0.2))
     # No layer order by default. With it (--layer-order) the overskirt crosses
     # the skirt less (crossing pairs between the layers summed over every 6th
-    # frame: 1,653 / 2,281 / 2,152 for 72 / 66 / 80 frames, against 2,453 /
-    # 2,410 / 2,618 without) but the skirt crosses itself more (395 / 841 /
-    # 339 against 165 / 172 / 343) and the pair costs ~40% more per frame: the
-    # legs squeeze both layers onto the same capsule surface. Not a net win
-    # yet, so the two collide as plain cloth-cloth.
+    # frame: 1,667 / 2,281 / 2,038 for 72 / 66 / 80 frames, against 2,511 /
+    # 2,410 / 2,467 without) but the skirt crosses itself more (393 / 841 /
+    # 331 against 189 / 172 / 340): the legs squeeze both layers onto the same
+    # capsule surface. Not a net win yet, so the two collide as plain
+    # cloth-cloth. (Growing the capsules by a thickness for the overskirt,
+    # Model.set_collider_offset, gave 365 / 343 at 72 frames but blew up at
+    # 66: 9,443 / 12,057.)
     for obj in (skirt, overskirt):
         make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=6)
     if args.layer_order:
