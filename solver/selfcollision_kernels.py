@@ -36,8 +36,9 @@ VT_REACH = 1.0
 # deeper, the side at step start holds. Forcing deep ones across a whole
 # layer in one solve tore the demo's skirts apart (edge strain 4.9, 1,877
 # crossing pairs at frame 72); at 1.0 the skirts stay whole, 0.5 and 2.0
-# measured worse (demo with --layer-order, crossing pairs between the layers
-# summed over every 6th frame of 72: 7,041 and 3,692 against 1,667).
+# measured worse (the demo's skirts with a layer order, crossing pairs
+# between the layers summed over every 6th frame of 72: 7,041 and 3,692
+# against 1,667).
 LAYER_DEPTH = 1.0
 
 _JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)

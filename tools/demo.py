@@ -8,8 +8,8 @@ Builds a scene from real parts with bpy, the way an artist's script would:
 - a cape pinned at the collar, following the chest through an Armature
   modifier, simulated on a coarse proxy and skinned onto the dense render mesh;
 - a skirt and a shorter overskirt over it, each with self collision, colliding
-  with each other as one cloth-cloth group (without a layer order unless
-  ``--layer-order``: see main());
+  with each other as one cloth-cloth group, the overskirt ordered outside
+  (see main());
 - a flag on a pole in a Wind force field;
 - a tablecloth dropped onto a table (a row of capsules under a box) and the
   ground (a plane collider);
@@ -625,8 +625,8 @@ def main(argv=None):
     ap.add_argument("--frames", type=int, default=72, help="frames to bake at 24 fps (default 72)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out"))
     ap.add_argument("--no-render", action="store_true", help="skip the Workbench renders")
-    ap.add_argument("--layer-order", action="store_true",
-                    help="give the skirt and the overskirt a layer order (0 and 1)")
+    ap.add_argument("--no-layer-order", action="store_true",
+                    help="simulate the skirt and the overskirt without their layer order")
     args = ap.parse_args(argv)
     t_all = time.perf_counter()
 
@@ -645,6 +645,10 @@ def main(argv=None):
     log("building the scene: Rigify metarig walking, body, garments, flag, table")
     rig = add_metarig()
     animate_walk(rig, args.frames)
+    # Keying leaves the rig at the last keyed pose until a frame change:
+    # evaluate frame 1, so the body, its capsules' measured radii and every
+    # cloth are built from the same pose whatever --frames is.
+    scene.frame_set(scene.frame_start)
     body = add_body(rig)
     capsules = make_capsules(rig)
     log(f"{len(capsules)} capsules from the metarig's bones")
@@ -660,18 +664,16 @@ def main(argv=None):
     skirt = add_skirt(rig)
     overskirt = add_skirt(rig, "Overskirt", around=64, down=14, length=0.34, r_top=0.205, r_bot=0.42,
                           color=(0.75, 0.55, 0.2))
-    # No layer order by default. With it (--layer-order) the overskirt crosses
-    # the skirt less (crossing pairs between the layers summed over every 6th
-    # frame: 1,667 / 2,281 / 2,038 for 72 / 66 / 80 frames, against 2,511 /
-    # 2,410 / 2,467 without) but the skirt crosses itself more (393 / 841 /
-    # 331 against 189 / 172 / 340): the legs squeeze both layers onto the same
-    # capsule surface. Not a net win yet, so the two collide as plain
-    # cloth-cloth. (Growing the capsules by a thickness for the overskirt,
-    # Model.set_collider_offset, gave 365 / 343 at 72 frames but blew up at
-    # 66: 9,443 / 12,057.)
+    # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
+    # Crossing pairs summed over every 6th frame of 72, between the layers /
+    # within the skirt: 1,675 / 530 with it; without it (--no-layer-order)
+    # the legs squeeze both layers onto the same capsules and the pair blows
+    # up, 6,025 / 5,495. Both are sensitive: before the rig was evaluated at
+    # frame 1 for the build (capsule radii 0.3 mm different), without the
+    # order it was 2,511 / 189 and with it 1,667 / 393.
     for obj in (skirt, overskirt):
         make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=6)
-    if args.layer_order:
+    if not args.no_layer_order:
         skirt.drape.layer = 0
         overskirt.drape.layer = 1
     flag, pole, wind = add_flag()
