@@ -339,20 +339,41 @@ def _plane_row(pl, t):
 
 
 @njit(**_JIT)
+def _edge_plane(ax, ay, az, bx, by, bz, nx, ny, nz):
+    """The plane through edge a -> b perpendicular to a triangle with unit
+    normal n, outward (e x n points out of the triangle for counter-clockwise
+    corners about n): unit normal and offset, all zero for a null edge."""
+    ex = bx - ax
+    ey = by - ay
+    ez = bz - az
+    mx = ey * nz - ez * ny
+    my = ez * nx - ex * nz
+    mz = ex * ny - ey * nx
+    lm = np.sqrt(mx * mx + my * my + mz * mz)
+    if lm < 1e-30:
+        mx = my = mz = 0.0
+        lm = 1.0
+    mx /= lm
+    my /= lm
+    mz /= lm
+    return mx, my, mz, mx * ax + my * ay + mz * az
+
+
+@njit(**_JIT)
 def _tri_plane(c):
     """A triangle's plane and the three planes through its edges
     perpendicular to it, outward (unit normal, offset), from its corners c
     (9 scalars): a 16-tuple, all zero for a degenerate triangle (then every
-    plane test passes: no reject)."""
-    x = (np.float64(c[0]), np.float64(c[3]), np.float64(c[6]))
-    y = (np.float64(c[1]), np.float64(c[4]), np.float64(c[7]))
-    z = (np.float64(c[2]), np.float64(c[5]), np.float64(c[8]))
-    ux = x[1] - x[0]
-    uy = y[1] - y[0]
-    uz = z[1] - z[0]
-    wx = x[2] - x[0]
-    wy = y[2] - y[0]
-    wz = z[2] - z[0]
+    plane test passes: no reject). Scalars only: no allocation per call."""
+    x0, y0, z0 = np.float64(c[0]), np.float64(c[1]), np.float64(c[2])
+    x1, y1, z1 = np.float64(c[3]), np.float64(c[4]), np.float64(c[5])
+    x2, y2, z2 = np.float64(c[6]), np.float64(c[7]), np.float64(c[8])
+    ux = x1 - x0
+    uy = y1 - y0
+    uz = z1 - z0
+    wx = x2 - x0
+    wy = y2 - y0
+    wz = z2 - z0
     nx = uy * wz - uz * wy
     ny = uz * wx - ux * wz
     nz = ux * wy - uy * wx
@@ -362,29 +383,11 @@ def _tri_plane(c):
     nx /= ln
     ny /= ln
     nz /= ln
-    e = np.zeros(12)
-    for k in range(3):
-        k1 = (k + 1) % 3
-        ex = x[k1] - x[k]
-        ey = y[k1] - y[k]
-        ez = z[k1] - z[k]
-        # e x n points out of the triangle for counter-clockwise corners about n
-        mx = ey * nz - ez * ny
-        my = ez * nx - ex * nz
-        mz = ex * ny - ey * nx
-        lm = np.sqrt(mx * mx + my * my + mz * mz)
-        if lm < 1e-30:
-            mx = my = mz = 0.0
-            lm = 1.0
-        mx /= lm
-        my /= lm
-        mz /= lm
-        e[4 * k] = mx
-        e[4 * k + 1] = my
-        e[4 * k + 2] = mz
-        e[4 * k + 3] = mx * x[k] + my * y[k] + mz * z[k]
-    return (nx, ny, nz, nx * x[0] + ny * y[0] + nz * z[0], e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7],
-            e[8], e[9], e[10], e[11])
+    m0 = _edge_plane(x0, y0, z0, x1, y1, z1, nx, ny, nz)
+    m1 = _edge_plane(x1, y1, z1, x2, y2, z2, nx, ny, nz)
+    m2 = _edge_plane(x2, y2, z2, x0, y0, z0, nx, ny, nz)
+    return (nx, ny, nz, nx * x0 + ny * y0 + nz * z0, m0[0], m0[1], m0[2], m0[3], m1[0], m1[1], m1[2], m1[3],
+            m2[0], m2[1], m2[2], m2[3])
 
 
 @njit(**_JIT)
