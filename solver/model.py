@@ -266,9 +266,7 @@ class Model:
             if not (np.issubdtype(m.dtype, np.integer) or np.issubdtype(m.dtype, np.floating)) \
                     or not np.all((m == 0) | (m == 1)):
                 raise SolverError("collider mask must be bool or 0/1 values (1 = collides with capsules)")
-        on = m.astype(bool)
-        self.collider_offset[:] = np.where(on, np.maximum(self.collider_offset, 0.0), -1.0)
-        self.collider_offset_max = float(max(self.collider_offset.max(initial=0.0), 0.0))
+        self._store_collider_offset(np.where(m.astype(bool), np.maximum(self.collider_offset, 0.0), -1.0))
 
     @property
     def collider_mask(self):
@@ -288,7 +286,12 @@ class Model:
             raise SolverError(f"collider offset must be a number or have shape ({self.n},), got {o.shape}")
         if not np.all(np.isfinite(o)) or np.any(o < 0):
             raise SolverError("collider offset must be finite and >= 0 (metres)")
-        self.collider_offset[:] = np.where(self.collider_offset < 0, -1.0, o).astype(np.float32)
+        self._store_collider_offset(np.where(self.collider_offset < 0, -1.0, o))
+
+    def _store_collider_offset(self, values):
+        """The one place collider_offset changes; its maximum (the capsule
+        boxes' growth, read every step) is kept with it, not recomputed per step."""
+        self.collider_offset[:] = values
         self.collider_offset_max = float(max(self.collider_offset.max(initial=0.0), 0.0))
 
     def soft_pin_compliance(self, params):
