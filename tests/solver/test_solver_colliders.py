@@ -141,6 +141,14 @@ def _two_points(params, z=0.5, ground=False):
     return model, model.new_state()
 
 
+def _capsule_sweeping_through_y0():
+    """A capsule (radius 0.12) at z = 0.5 crossing y = 0 from y = -0.5 to +0.5
+    in one step: the Capsules and its end points at step end."""
+    a0, b0 = np.array([-1.0, -0.5, 0.5]), np.array([1.0, -0.5, 0.5])
+    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
+    return Capsules(a0[None], b0[None], a1[None], b1[None], np.array([0.12]), np.array([0.12])), a1, b1
+
+
 # step_fast (default settings) and step_fused (begin_substep/advance_vertices).
 @pytest.mark.parametrize("iterations", [1, 2])
 def test_masked_vertex_falls_through_a_capsule_onto_the_ground_unmasked_one_rests_on_it(iterations):
@@ -172,9 +180,7 @@ def test_capsule_swept_through_in_one_step_carries_only_the_unmasked_vertex(iter
     # front of it; the masked one is left behind, untouched.
     params = ClothParams(substeps=2, iterations=iterations, collision_margin=0.0)
     model, state = _two_points(params)
-    a0, b0 = np.array([-1.0, -0.5, 0.5]), np.array([1.0, -0.5, 0.5])
-    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
-    caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([0.12]), np.array([0.12]))
+    caps, a1, b1 = _capsule_sweeping_through_y0()
     step(model, state, StepInputs(capsules=caps), 1 / 60, params)
     x = state.positions_aos().astype(np.float64)
     d = oracles.point_capsule_distances(x, a1, b1, 0.12, 0.12)
@@ -219,9 +225,7 @@ def test_collider_offset_holds_against_a_capsule_swept_through_in_one_step():
     model = build_model(rest, np.zeros(0, int), np.zeros(0, int), np.full(2, 1e-3), np.zeros(2), params)
     model.set_collider_offset(0.03)
     state = model.new_state()
-    a0, b0 = np.array([-1.0, -0.5, 0.5]), np.array([1.0, -0.5, 0.5])
-    a1, b1 = a0 + [0, 1.0, 0], b0 + [0, 1.0, 0]
-    caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([0.12]), np.array([0.12]))
+    caps, a1, b1 = _capsule_sweeping_through_y0()
     step(model, state, StepInputs(capsules=caps), 1 / 60, params)
     x = state.positions_aos().astype(np.float64)
     d = oracles.point_capsule_distances(x, a1, b1, 0.12, 0.12)
