@@ -154,7 +154,7 @@ class Binding:
 # offsets relative to exactly the surface skin rebuilds)
 #
 # Per frame, one pass over the coarse mesh computes each vertex's smooth
-# normal (`_corner_data` for bind, `_coarse_frame` for skin).
+# normal (`_coarse_frame`, for bind and skin).
 # The Phong point (alpha-blended with the flat one):
 #   S = f - alpha * sum_i w_i n_i ((f - p_i) . n_i),   f = sum_i w_i p_i
 # The frame at S: N = normalise(sum_i w_i n_i + 1e-6 F) (the tiny face-normal
@@ -170,133 +170,11 @@ _FACE_EPS = np.float32(1e-6)
 _ONE = np.float32(1.0)
 _ZERO = np.float32(0.0)
 _TINY = np.float32(1e-30)
-_CORNER = 8
 # unsigned index arithmetic: int64 literals would make it signed again
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
 _KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
-
-
-@njit(**_KERNEL)
-def _corner_data(px, py, pz, tris, corner_angle, corner):
-    """Positions and unit vertex normals, weighted by corner angle, into
-    `corner`.
-
-    Angle weights (as Blender's own vertex normals) keep a cylinder's normals
-    radial even on a boundary row, where area weights tilt them towards the
-    side with more triangles. The angles are the rest pose's: cloth barely
-    shears, and acos per corner per frame would cost more than the skinning.
-    Serial scatter: it measured faster than gathering over a vertex table.
-    """
-    for i in range(corner.shape[0]):
-        corner[i, 0] = px[i]
-        corner[i, 1] = py[i]
-        corner[i, 2] = pz[i]
-        corner[i, 3] = _ZERO
-        corner[i, 4] = _ZERO
-        corner[i, 5] = _ZERO
-    for t in range(tris.shape[0]):
-        a = tris[t, 0]
-        b = tris[t, 1]
-        c = tris[t, 2]
-        e1x = px[b] - px[a]
-        e1y = py[b] - py[a]
-        e1z = pz[b] - pz[a]
-        e2x = px[c] - px[a]
-        e2y = py[c] - py[a]
-        e2z = pz[c] - pz[a]
-        fx = e1y * e2z - e1z * e2y
-        fy = e1z * e2x - e1x * e2z
-        fz = e1x * e2y - e1y * e2x
-        inv = _ONE / np.sqrt(max(fx * fx + fy * fy + fz * fz, _TINY))
-        fx *= inv
-        fy *= inv
-        fz *= inv
-        w = corner_angle[t, 0]
-        corner[a, 3] += w * fx
-        corner[a, 4] += w * fy
-        corner[a, 5] += w * fz
-        w = corner_angle[t, 1]
-        corner[b, 3] += w * fx
-        corner[b, 4] += w * fy
-        corner[b, 5] += w * fz
-        w = corner_angle[t, 2]
-        corner[c, 3] += w * fx
-        corner[c, 4] += w * fy
-        corner[c, 5] += w * fz
-    for i in range(corner.shape[0]):
-        sx = corner[i, 3]
-        sy = corner[i, 4]
-        sz = corner[i, 5]
-        # A vertex whose fan has no area keeps a zero normal: its tangent
-        # plane projection then vanishes and the face term sets N.
-        inv = _ONE / np.sqrt(max(sx * sx + sy * sy + sz * sz, _TINY))
-        corner[i, 3] = sx * inv
-        corner[i, 4] = sy * inv
-        corner[i, 5] = sz * inv
-
-
-@njit(inline="always", fastmath=True, error_model="numpy")
-def _patch(corner, tris, t, w0, w1, w2, alpha):
-    """Phong point S, unit normal N, face normal F, tangent T of triangle t
-    at barycentrics w. Unused results are dropped by the compiler."""
-    a = tris[t, 0]
-    b = tris[t, 1]
-    c = tris[t, 2]
-    ax = corner[a, 0]
-    ay = corner[a, 1]
-    az = corner[a, 2]
-    anx = corner[a, 3]
-    any_ = corner[a, 4]
-    anz = corner[a, 5]
-    bx = corner[b, 0]
-    by = corner[b, 1]
-    bz = corner[b, 2]
-    bnx = corner[b, 3]
-    bny = corner[b, 4]
-    bnz = corner[b, 5]
-    cx = corner[c, 0]
-    cy = corner[c, 1]
-    cz = corner[c, 2]
-    cnx = corner[c, 3]
-    cny = corner[c, 4]
-    cnz = corner[c, 5]
-    fx = w0 * ax + w1 * bx + w2 * cx
-    fy = w0 * ay + w1 * by + w2 * cy
-    fz = w0 * az + w1 * bz + w2 * cz
-    da = alpha * w0 * ((fx - ax) * anx + (fy - ay) * any_ + (fz - az) * anz)
-    db = alpha * w1 * ((fx - bx) * bnx + (fy - by) * bny + (fz - bz) * bnz)
-    dc = alpha * w2 * ((fx - cx) * cnx + (fy - cy) * cny + (fz - cz) * cnz)
-    sx = fx - (da * anx + db * bnx + dc * cnx)
-    sy = fy - (da * any_ + db * bny + dc * cny)
-    sz = fz - (da * anz + db * bnz + dc * cnz)
-
-    e1x = bx - ax
-    e1y = by - ay
-    e1z = bz - az
-    e2x = cx - ax
-    e2y = cy - ay
-    e2z = cz - az
-    Fx = e1y * e2z - e1z * e2y
-    Fy = e1z * e2x - e1x * e2z
-    Fz = e1x * e2y - e1y * e2x
-    inv = _ONE / np.sqrt(max(Fx * Fx + Fy * Fy + Fz * Fz, _TINY))
-    Fx *= inv
-    Fy *= inv
-    Fz *= inv
-    nx = w0 * anx + w1 * bnx + w2 * cnx + _FACE_EPS * Fx
-    ny = w0 * any_ + w1 * bny + w2 * cny + _FACE_EPS * Fy
-    nz = w0 * anz + w1 * bnz + w2 * cnz + _FACE_EPS * Fz
-    inv = _ONE / np.sqrt(max(nx * nx + ny * ny + nz * nz, _TINY))
-    nx *= inv
-    ny *= inv
-    nz *= inv
-    # e1 is orthogonal to F already; a zero-length edge gives T = 0, which
-    # only drops the (tiny) tangential offsets of vertices on that triangle.
-    inv = _ONE / np.sqrt(max(e1x * e1x + e1y * e1y + e1z * e1z, _TINY))
-    return (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, e1x * inv, e1y * inv, e1z * inv,
-            fx, fy, fz)
 
 
 @njit(inline="always", fastmath=True)
@@ -429,8 +307,10 @@ def _cell_index(value, origin, cell, dim):
 
 
 @njit(cache=True, parallel=True, fastmath=True)
-def _bind_kernel(px, py, pz, tris, tri_box, corner, alpha, qx, qy, qz, origin, cell, dims,
+def _bind_kernel(px, py, pz, tris, tri_box, coarse, alpha, qx, qy, qz, origin, cell, dims,
                  cell_start, cell_items, iterations, out_tri, out_bary, out_offset):
+    """coarse: (6, c) rows of positions and unit smooth normals (_corners)."""
+    rx_, ry_, rz_, rnx, rny, rnz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
     ny_ = dims[1]
     nz_ = dims[2]
     for q in prange(qx.shape[0]):
@@ -519,7 +399,7 @@ def _bind_kernel(px, py, pz, tris, tri_box, corner, alpha, qx, qy, qz, origin, c
         # triangle (Gauss-Newton with the flat triangle as the Jacobian).
         for _ in range(iterations):
             (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
-             fx, fy, fz) = _patch(corner, tris, t, b0, b1, b2, alpha)
+             fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, a, b, c, b0, b1, b2, alpha)
             rx = x - sx
             ry = y - sy
             rz = z - sz
@@ -528,7 +408,7 @@ def _bind_kernel(px, py, pz, tris, tri_box, corner, alpha, qx, qy, qz, origin, c
                 fx + rx - rn * Nx, fy + ry - rn * Ny, fz + rz - rn * Nz,
                 px[a], py[a], pz[a], px[b], py[b], pz[b], px[c], py[c], pz[c])
         (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
-         fx, fy, fz) = _patch(corner, tris, t, b0, b1, b2, alpha)
+         fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, a, b, c, b0, b1, b2, alpha)
         rx = x - sx
         ry = y - sy
         rz = z - sz
@@ -582,9 +462,12 @@ def _corner_angles(positions, tris):
 
 
 def _corners(px, py, pz, tris, corner_angle, dtype):
-    corner = np.zeros((px.shape[0], _CORNER), dtype)
-    _corner_data(px, py, pz, tris, corner_angle, corner)
-    return corner
+    """(6, c) rows of positions and unit vertex normals weighted by corner
+    angle, in dtype (bind: float64): _coarse_frame, as skin computes them."""
+    coarse = np.zeros((6, px.shape[0]), dtype)
+    _coarse_frame(px, py, pz, np.ascontiguousarray(tris).reshape(-1),
+                  np.ascontiguousarray(corner_angle).reshape(-1), 1, coarse)
+    return coarse
 
 
 def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
@@ -622,7 +505,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
 
     corner_angle = _corner_angles(coarse, tris)
     px, py, pz = (np.ascontiguousarray(coarse[:, i]) for i in range(3))
-    corner = _corners(px, py, pz, tris, corner_angle, np.float64)
+    coarse_rows = _corners(px, py, pz, tris, corner_angle, np.float64)
 
     used = coarse[np.unique(tris)]
     lo = used.min(axis=0)
@@ -649,7 +532,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
     out_offset = np.empty((3, m), np.float64)
     qx, qy, qz = (np.ascontiguousarray(dense[:, i]) for i in range(3))
     tri_box = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
-    _bind_kernel(px, py, pz, tris, tri_box, corner, float(shape_factor), qx, qy, qz, lo, cell, dims,
+    _bind_kernel(px, py, pz, tris, tri_box, coarse_rows, float(shape_factor), qx, qy, qz, lo, cell, dims,
                  cell_start, cell_items, _REFINE_ITERATIONS, out_tri, out_bary, out_offset)
     # Offsets below float32 resolution of the scene are rounding noise; zero
     # them so those vertices take skin's cheaper passes.
@@ -680,9 +563,15 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
 
 @njit(**_KERNEL)
 def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
-    """_corner_data for skin: the current coarse positions and unit smooth
-    normals into the rows of `coarse` (6, c) float32: x, y, z, nx, ny, nz;
-    flat (3t,) uint32 triangles and weights.
+    """Coarse positions and unit smooth normals into the rows of `coarse`
+    (6, c): x, y, z, nx, ny, nz; flat (3t,) triangles and corner weights.
+    Skin calls it every frame (float32, see Binding.corner_weight), bind
+    once at rest (float64, angle weights and unit faces, via _corners).
+
+    Angle weights (as Blender's own vertex normals) keep a cylinder's normals
+    radial even on a boundary row, where area weights tilt them towards the
+    side with more triangles. The angles are the rest pose's: cloth barely
+    shears, and acos per corner per frame would cost more than the skinning.
 
     Rows, not (c, 8) records: filling and normalising rows vectorises (the
     records were written with scatters: 25 -> 18 us for the 45x45 proxy) and
@@ -749,8 +638,9 @@ def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
 
 @njit(inline="always", fastmath=True, error_model="numpy")
 def _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha):
-    """_patch on the rows of _coarse_frame, corners given directly (same
-    arithmetic)."""
+    """Phong point S, unit normal N, face normal F, tangent T and the flat
+    point of coarse triangle abc at barycentrics w, from the rows of
+    _coarse_frame. Unused results are dropped by the compiler."""
     ax = x[a]
     ay = y[a]
     az = z[a]
@@ -799,8 +689,10 @@ def _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha):
     nx *= inv
     ny *= inv
     nz *= inv
+    # e1 is orthogonal to F already; a zero-length edge gives T = 0, which
+    # only drops the (tiny) tangential offsets of vertices on that triangle.
     inv = _ONE / np.sqrt(max(e1x * e1x + e1y * e1y + e1z * e1z, _TINY))
-    return (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, e1x * inv, e1y * inv, e1z * inv)
+    return (sx, sy, sz, nx, ny, nz, Fx, Fy, Fz, e1x * inv, e1y * inv, e1z * inv, fx, fy, fz)
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
@@ -809,7 +701,8 @@ def _skin_point(x, y, z, nx, ny, nz, alpha, a, b, c, w0, w1, w2, on, ot, ob):
     ot, ob). Branch-free, so numba's reference counts on the rows are pruned;
     a caller passing literal zero offsets gets the terms (and the normal,
     tangent and their square roots) compiled away."""
-    (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz) = _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha)
+    (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
+     _, _, _) = _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha)
     Bx = Fy * Tz - Fz * Ty
     By = Fz * Tx - Fx * Tz
     Bz = Fx * Ty - Fy * Tx
@@ -952,8 +845,8 @@ def vertex_normals(positions, triangles):
     pos = np.asarray(positions, dtype=np.float32)
     tris = np.ascontiguousarray(triangles, dtype=np.int32)
     px, py, pz = (np.ascontiguousarray(pos[:, i]) for i in range(3))
-    corner = _corners(px, py, pz, tris, _corner_angles(pos, tris), np.float32)
-    return np.ascontiguousarray(corner[:, 3:6])
+    rows = _corners(px, py, pz, tris, _corner_angles(pos, tris), np.float32)
+    return np.ascontiguousarray(rows[3:6].T)
 
 
 def skin(binding, coarse_positions, out=None, pin_targets=None):
