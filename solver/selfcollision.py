@@ -347,6 +347,9 @@ class SelfCollision:
             tri, self.tri_edges, len(self.edges), n, self._bvh_order, self.patch_size)
         self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
+        self._pvstart, self._pverts, self._patch_of = _k.patch_vertices(self._pstart, self._ptris, tri, n)
+        self._patch_work = _k.patch_work(n, nt, len(self._pstart) - 1)
+        self._disp = np.empty((3, n), np.float32)
 
     # ------------------------------------------------------------ contacts
 
@@ -383,7 +386,8 @@ class SelfCollision:
                     self._out_target, self._out_friction, stats)
             if self.broad_phase == "patch":
                 count = _k.detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
-                                          self._fstart, self._fpair, np.float32(self.flat_cos), *outs)
+                                          self._fstart, self._fpair, self._pvstart, self._pverts,
+                                          self._patch_of, np.float32(self.flat_cos), self._patch_work, *outs)
             elif self.broad_phase == "grid":
                 count = _k.detect_grid(*args, *outs)
             else:
@@ -413,11 +417,12 @@ class SelfCollision:
         t0 = time.perf_counter()
         self._check(pos, "pos")
         self._check(vel, "vel")
-        g = np.asarray(gravity, dtype=np.float32).reshape(3, 1)
-        disp = vel * np.float32(dt) + g * np.float32(dt * dt)
-        if not np.all(np.isfinite(disp)) or not np.all(np.isfinite(pos)):
+        g = np.asarray(gravity, dtype=np.float32).reshape(3)
+        if self._disp.shape != pos.shape:
+            self._disp = np.empty_like(pos)
+        if not _k.step_displacement(pos, vel, np.float32(dt), g[0], g[1], g[2], self._disp):
             raise _Error("self collision: positions or velocities contain NaN or Inf")
-        count = self._run_detect(pos, disp, self.margin)
+        count = self._run_detect(pos, self._disp, self.margin)
         self.detect_ms = (time.perf_counter() - t0) * 1e3
         self.solve_ms = 0.0
         return count
