@@ -184,7 +184,7 @@ class SelfCollision:
 
     def __init__(self, rest_positions, triangles, region=None, *, thickness=0.005, friction=0.2,
                  conservativeness=1.5, modes=None, layers=None, inv_mass=None, margin=0.25,
-                 broad_phase="patch", parallel=False, patch_size=16, flat_cos=0.7):
+                 broad_phase="patch", parallel=False, patch_size=24, flat_cos=0.7):
         rest = np.ascontiguousarray(np.asarray(rest_positions, dtype=np.float32))
         if rest.ndim != 2 or rest.shape[1] != 3:
             raise _Error(f"self collision: rest_positions must have shape (n, 3), got {rest.shape}")
