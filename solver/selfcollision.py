@@ -177,14 +177,16 @@ class SelfCollision:
     culling of flat neighbourhoods, then sweep and prune), "grid" (uniform
     grid over triangles) or "bvh" (refitted BVH over triangles); the figures
     are in benchmarks/bench_selfcollision.py.
-    patch_size, flat_cos: triangles per patch; a union of neighbouring patches
-    whose normals all lie within acos(flat_cos) of one axis counts as flat.
+    patch_size, flat_cos: about how many triangles per patch (patches are
+    grown inside the cells of a grid over the rest shape sized for that many,
+    at most 4x as many); a union of neighbouring patches whose normals all
+    lie within acos(flat_cos) of one axis counts as flat.
     parallel: numba threads for the solve (detection is serial either way).
     """
 
     def __init__(self, rest_positions, triangles, region=None, *, thickness=0.005, friction=0.2,
                  conservativeness=1.5, modes=None, layers=None, inv_mass=None, margin=0.25,
-                 broad_phase="patch", parallel=False, patch_size=24, flat_cos=0.7):
+                 broad_phase="patch", parallel=False, patch_size=48, flat_cos=0.7):
         rest = np.ascontiguousarray(np.asarray(rest_positions, dtype=np.float32))
         if rest.ndim != 2 or rest.shape[1] != 3:
             raise _Error(f"self collision: rest_positions must have shape (n, 3), got {rest.shape}")
@@ -344,12 +346,34 @@ class SelfCollision:
             self._bvh_order = np.zeros(0, np.int32)
         self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
         self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
-            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self.patch_size)
+            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self._patch_cells(),
+            4 * self.patch_size)
         self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
         self._pvstart, self._pverts, self._patch_of = _k.patch_vertices(self._pstart, self._ptris, tri, n)
         self._patch_work = _k.patch_work(n, nt, len(self._pstart) - 1)
         self._disp = np.empty((3, n), np.float32)
+
+    def _patch_cells(self):
+        """Per triangle, its cell in a grid over the rest shape whose cells
+        hold about patch_size triangles: patches are grown inside one cell,
+        so they come out compact (a breadth-first patch capped by size alone
+        ends ragged, and its box then overlaps patches it does not touch)."""
+        tri = self.triangles
+        nt = tri.shape[0]
+        if nt == 0:
+            return np.zeros(0, np.int64)
+        p = self.rest[tri].astype(np.float64)
+        area = 0.5 * np.linalg.norm(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]), axis=1)
+        c = p.mean(axis=1)
+        lo = c.min(axis=0)
+        span = float((c.max(axis=0) - lo).max())
+        a = float(area[area > 0].mean()) if np.any(area > 0) else 0.0
+        h = np.sqrt(self.patch_size * a) if a > 0 else span
+        if not h > 0:
+            return np.zeros(nt, np.int64)
+        g = np.floor((c - lo) / h).astype(np.int64)
+        return np.unique(g, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
     # ------------------------------------------------------------ contacts
 

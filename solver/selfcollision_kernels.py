@@ -1336,7 +1336,12 @@ FLAT_ALTITUDES = 2.0
 
 
 @njit(cache=True)
-def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
+def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size):
+    """Patches: connected triangles of one cell of a grid over the rest
+    shape (cell: per triangle), grown breadth-first from seeds in
+    seed_order, at most max_size triangles each. Returns pstart, ptris (CSR
+    of triangles per patch) and nstart, nbr (CSR of the patches sharing a
+    vertex with each, sorted, itself excluded)."""
     nt = triangles.shape[0]
     # edge -> triangles CSR
     deg = np.zeros(n_edges + 1, np.int64)
@@ -1368,7 +1373,8 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
         tail += 1
         patch_of[seed] = np_
         size = 0
-        while head < tail and size < patch_size:
+        cs = cell[seed]
+        while head < tail and size < max_size:
             t = queue[head]
             head += 1
             ptris[q] = t
@@ -1378,7 +1384,7 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, patch_size):
                 e = tri_edges[t, k]
                 for j in range(deg[e], deg[e + 1]):
                     u = etri[j]
-                    if patch_of[u] < 0 and tail - head + size < patch_size:
+                    if patch_of[u] < 0 and cell[u] == cs and tail - head + size < max_size:
                         patch_of[u] = np_
                         queue[tail] = u
                         tail += 1
