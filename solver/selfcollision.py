@@ -347,7 +347,7 @@ class SelfCollision:
         self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
         self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
             tri, self.tri_edges, len(self.edges), n, self._bvh_order, self._patch_cells(),
-            4 * self.patch_size)
+            4 * self.patch_size, self.patch_size // 2)
         self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
         self._pvstart, self._pverts, self._patch_of = _k.patch_vertices(self._pstart, self._ptris, tri, n)

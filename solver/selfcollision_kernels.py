@@ -1336,10 +1336,12 @@ FLAT_ALTITUDES = 2.0
 
 
 @njit(cache=True)
-def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size):
+def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, min_size):
     """Patches: connected triangles of one cell of a grid over the rest
     shape (cell: per triangle), grown breadth-first from seeds in
-    seed_order, at most max_size triangles each. Returns pstart, ptris (CSR
+    seed_order, at most max_size triangles each; a patch under min_size
+    (a sliver a cell boundary cut off) joins the smallest patch it shares an
+    edge with. Returns pstart, ptris (CSR
     of triangles per patch) and nstart, nbr (CSR of the patches sharing a
     vertex with each, sorted, itself excluded)."""
     nt = triangles.shape[0]
@@ -1393,6 +1395,52 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size):
             patch_of[queue[j]] = -1
         np_ += 1
         pstart[np_] = q
+    # Slivers join a neighbour across an edge (one pass, smallest first).
+    size_of = np.diff(pstart[:np_ + 1])
+    label = np.arange(np_)
+    for p in np.argsort(size_of, kind="mergesort"):
+        if size_of[p] >= min_size:
+            break
+        best = -1
+        for j in range(pstart[p], pstart[p + 1]):
+            t = ptris[j]
+            for k in range(3):
+                e = tri_edges[t, k]
+                for i in range(deg[e], deg[e + 1]):
+                    o = label[patch_of[etri[i]]]
+                    if o != p and (best < 0 or size_of[o] < size_of[best]):
+                        best = o
+        if best >= 0:
+            label[p] = best
+            size_of[best] += size_of[p]
+            size_of[p] = 0
+    # Follow chains (a sliver joined one that joined another), renumber
+    # densely, regroup the triangles keeping their breadth-first order.
+    for p in range(np_):
+        r = p
+        while label[r] != r:
+            r = label[r]
+        label[p] = r
+    dense = np.full(np_, -1, np.int64)
+    m = 0
+    for p in range(np_):
+        if label[p] == p:
+            dense[p] = m
+            m += 1
+    cnt = np.zeros(m + 1, np.int64)
+    for t in range(nt):
+        patch_of[t] = dense[label[patch_of[t]]]
+        cnt[patch_of[t] + 1] += 1
+    for p in range(m):
+        cnt[p + 1] += cnt[p]
+    old = ptris[:q].copy()
+    fill2 = cnt[:m].copy()
+    for j in range(q):
+        t = old[j]
+        ptris[fill2[patch_of[t]]] = t
+        fill2[patch_of[t]] += 1
+    np_ = m
+    pstart[:m + 1] = cnt
     # patch neighbours: patches sharing a vertex (CSR, sorted, self excluded)
     vdeg = np.zeros(n + 1, np.int64)
     for t in range(nt):
@@ -1515,7 +1563,7 @@ def patch_work(n, nt, npatch):
     arrays every step cost page faults)."""
     return (np.empty((nt, 6), np.float32), np.empty((nt, 8), np.float64), np.empty((nt, 16), np.float64),
             np.empty((nt, 3), np.float32), np.empty((npatch, 6), np.float32), np.empty((npatch, 4), np.float32),
-            np.empty(npatch, np.float32), np.empty((npatch, 4), np.float32),
+            np.empty(npatch, np.float32), np.empty((npatch, 4), np.float32), np.empty(npatch, np.float32),
             np.zeros(npatch + 2 * nt, np.uint8), np.empty(npatch, np.int64), np.empty(npatch + 1, np.int64),
             np.empty(nt, np.int64), np.zeros(n, np.int64))
 
@@ -1546,7 +1594,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     rel = _relative(disp)
     # pcone: axis, cos of half angle; pmot: centre of rel, max deviation
-    box, sph, pl, tn, pbox, pcone, palt, pmot, ready, seg_q, seg_start, seg_tri, mark = work
+    box, sph, pl, tn, pbox, pcone, palt, pmot, plip, ready, seg_q, seg_start, seg_tri, mark = work
     ready[:] = 0
     mark[:] = 0
     box_ready = ready[:npatch]
@@ -1557,6 +1605,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         ay = 0.0
         az = 0.0
         a2min = np.inf
+        l2max = 0.0
         pad = 0.0
         cons = 0.0
         for j in range(pstart[p], pstart[p + 1]):
@@ -1581,14 +1630,25 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             nz = ux * wy - uy * wx
             n2 = nx * nx + ny * ny + nz * nz
             emax = max(ux * ux + uy * uy + uz * uz, wx * wx + wy * wy + wz * wz, gx * gx + gy * gy + gz * gz)
+            d1x = rel[0, i1] - rel[0, i0]
+            d1y = rel[1, i1] - rel[1, i0]
+            d1z = rel[2, i1] - rel[2, i0]
+            d2x = rel[0, i2] - rel[0, i0]
+            d2y = rel[1, i2] - rel[1, i0]
+            d2z = rel[2, i2] - rel[2, i0]
             if n2 > 1e-60:
                 inv = 1.0 / np.sqrt(n2)
                 nx *= inv
                 ny *= inv
                 nz *= inv
                 a2min = min(a2min, n2 / emax)
+                # Squared Lipschitz bound of rel over the triangle:
+                # |J| <= (|d1| + |d2|) / smallest altitude.
+                l2max = max(l2max, 2.0 * (d1x * d1x + d1y * d1y + d1z * d1z + d2x * d2x + d2y * d2y + d2z * d2z)
+                            * emax / n2)
             else:
                 a2min = 0.0
+                l2max = np.inf
             tn[j, 0] = nx
             tn[j, 1] = ny
             tn[j, 2] = nz
@@ -1654,6 +1714,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pcone[p, 2] = az
         pcone[p, 3] = cmin
         palt[p] = np.sqrt(a2min)
+        plip[p] = np.sqrt(l2max)
         pmot[p, 0] = rmx
         pmot[p, 1] = rmy
         pmot[p, 2] = rmz
@@ -1703,7 +1764,14 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         dmy = pmot[p, 1] - pmot[q, 1]
                         dmz = pmot[p, 2] - pmot[q, 2]
                         motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
-                        if FLAT_ALTITUDES * min(palt[p], palt[q]) * cu > max_reach + max_cons * motion:
+                        # Relative motion of two points of the union: at most
+                        # `motion`, and at most the steepest triangle's
+                        # Lipschitz bound times the surface path between
+                        # them (<= their projected distance / cu); so at the
+                        # closest far pair, FLAT_ALTITUDES * alt * lip.
+                        alt = min(palt[p], palt[q])
+                        motion = min(motion, FLAT_ALTITUDES * alt * max(plip[p], plip[q]))
+                        if FLAT_ALTITUDES * alt * cu > max_reach * 1.01 + 1e-6 + max_cons * motion:
                             continue
             if p == q:
                 # p's own pairs: the static list of those beyond two rings.
