@@ -42,6 +42,13 @@ VT_REACH = 1.0
 LAYER_DEPTH = 1.0
 
 _JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+# Helpers that allocate nothing compile without numba's reference counting
+# (_nrt=False): called with arrays, each call otherwise made an atomic
+# increment and decrement per array argument, a quarter of the detection
+# time on the demo's layered skirts (perf: `lock incq`/`lock decq`).
+# _narrow_pair is a plain call for the same reason (inlined, its twenty
+# array arguments were counted on every triangle pair).
+_HELPER = dict(_JIT, _nrt=False)
 
 
 # ---------------------------------------------------------------- geometry
@@ -122,7 +129,7 @@ def _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
     return s, t
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _tri_frame(x, a, b, c):
     """Orthonormal frame (u, v, n) of triangle abc at positions x (3, n)."""
     ux = x[0, b] - x[0, a]
@@ -192,7 +199,7 @@ def _relative(disp):
     return rel
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _tri_box(pos, rel, triangles, t, pad, cons, box):
     """Fat swept box of triangle t into box[t]: its corners at step start and
     at start + cons * rel, grown by pad."""
@@ -291,7 +298,7 @@ def _grid_build(box, max_cells_factor):
     return counts, items, cmin, cmax, dims
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _tri_sphere(pos, rel, triangles, t, sph):
     """Triangle t's bounding sphere at step start (centroid, radius) and its
     motion (mean relative displacement of the corners, largest deviation of a
@@ -334,7 +341,7 @@ def _tri_spheres(pos, rel, triangles, sph):
         _tri_sphere(pos, rel, triangles, t, sph)
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _spheres_apart(sph, a, b, max_cons, max_reach):
     """True when no feature of triangle a can come within max_reach of one of
     b during the step: the gap between their bounding spheres exceeds the
@@ -353,7 +360,7 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     return lo - max_cons * motion > max_reach * 1.01 + 1e-6
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _tri_points(pos, triangles, t):
     """Corners of triangle t as 9 scalars (a branch-free accessor: the
     array refcounts around it are pruned, unlike those of a helper that
@@ -365,7 +372,7 @@ def _tri_points(pos, triangles, t):
             pos[0, i2], pos[1, i2], pos[2, i2])
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _plane_row(pl, t):
     """Row t of the plane table as a 16-tuple (branch-free accessor)."""
     return (pl[t, 0], pl[t, 1], pl[t, 2], pl[t, 3], pl[t, 4], pl[t, 5], pl[t, 6], pl[t, 7],
@@ -453,7 +460,7 @@ def _separated(P, c, lim):
     return False
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _pair_reach(sph, a, b, max_cons, max_reach):
     """Distance at step start beyond which triangles a and b can make no
     contact this step (the reach plus their relative motion bound, scaled by
@@ -468,7 +475,7 @@ def _pair_reach(sph, a, b, max_cons, max_reach):
 # ---------------------------------------------------------------- narrow phase
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _share_vertex(triangles, A, B):
     for i in range(3):
         for j in range(3):
@@ -477,7 +484,7 @@ def _share_vertex(triangles, A, B):
     return False
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count,
           kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
     if count < out_kind.shape[0]:
@@ -495,7 +502,7 @@ def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
     return count + 1
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _rest_vt(rest, v, a, b, c):
     u, vv, w = _closest_on_triangle(
         rest[v, 0], rest[v, 1], rest[v, 2], rest[a, 0], rest[a, 1], rest[a, 2],
@@ -506,7 +513,7 @@ def _rest_vt(rest, v, a, b, c):
     return np.sqrt(dx * dx + dy * dy + dz * dz)
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _rest_ee(rest, a, b, c, d):
     s, t = _closest_segments(
         rest[a, 0], rest[a, 1], rest[a, 2], rest[b, 0], rest[b, 1], rest[b, 2],
@@ -517,7 +524,7 @@ def _rest_ee(rest, a, b, c, d):
     return np.sqrt(dx * dx + dy * dy + dz * dz)
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _near_triangles(triangles, t, T, adj_start, adj):
     """Triangles within two rings: a corner of one equals or neighbours a
     corner of the other."""
@@ -533,13 +540,13 @@ def _near_triangles(triangles, t, T, adj_start, adj):
     return False
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _boxes_overlap(box, a, b):
     return not (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
                 or box[b, 1] > box[a, 4] or box[a, 2] > box[b, 5] or box[b, 2] > box[a, 5])
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
     """P is the lowest triangle around v that shares no vertex with T (among
     those the broad phase pairs with T)."""
@@ -552,14 +559,14 @@ def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
     return True
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _pair_before(t1, t2, A, B):
     lo = min(t1, t2)
     hi = max(t1, t2)
     return lo < A or (lo == A and hi < B)
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
     """(A, B) is the lowest pair of triangles around the two edges that
     share no vertex."""
@@ -577,7 +584,7 @@ def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
     return True
 
 
-@njit(**_JIT)
+@njit(**_HELPER)
 def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
     for i in range(vtri_start[v], vtri_start[v + 1]):
         t1 = vtri[i]
@@ -589,7 +596,7 @@ def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
     return True
 
 
-@njit(inline="always", **_JIT)
+@njit(**_HELPER)
 def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
                  region_thick, region_fric, region_cons, region_layer, tri_region, margin,
                  vtri_start, vtri, box, adj_start, adj, sph,
