@@ -199,6 +199,27 @@ def _relative(disp):
     return rel
 
 
+@njit(inline="always", **_JIT)
+def _grow_swept(x0, x1, x2, r0, r1, r2, cons, lo0, lo1, lo2, hi0, hi1, hi2):
+    """A box (lo, hi) grown by a point x and its swept end x + cons * r."""
+    e0 = x0 + cons * r0
+    e1 = x1 + cons * r1
+    e2 = x2 + cons * r2
+    return (min(lo0, x0, e0), min(lo1, x1, e1), min(lo2, x2, e2),
+            max(hi0, x0, e0), max(hi1, x1, e1), max(hi2, x2, e2))
+
+
+@njit(**_HELPER)
+def _put_box(box, row, pad, lo0, lo1, lo2, hi0, hi1, hi2):
+    """box[row] = (lo - pad, hi + pad)."""
+    box[row, 0] = lo0 - pad
+    box[row, 1] = lo1 - pad
+    box[row, 2] = lo2 - pad
+    box[row, 3] = hi0 + pad
+    box[row, 4] = hi1 + pad
+    box[row, 5] = hi2 + pad
+
+
 @njit(**_HELPER)
 def _tri_box(pos, rel, triangles, t, pad, cons, box):
     """Fat swept box of triangle t into box[t]: its corners at step start and
@@ -207,24 +228,9 @@ def _tri_box(pos, rel, triangles, t, pad, cons, box):
     hi0 = hi1 = hi2 = -np.inf
     for k in range(3):
         v = triangles[t, k]
-        x0 = pos[0, v]
-        x1 = pos[1, v]
-        x2 = pos[2, v]
-        e0 = x0 + cons * rel[0, v]
-        e1 = x1 + cons * rel[1, v]
-        e2 = x2 + cons * rel[2, v]
-        lo0 = min(lo0, x0, e0)
-        lo1 = min(lo1, x1, e1)
-        lo2 = min(lo2, x2, e2)
-        hi0 = max(hi0, x0, e0)
-        hi1 = max(hi1, x1, e1)
-        hi2 = max(hi2, x2, e2)
-    box[t, 0] = lo0 - pad
-    box[t, 1] = lo1 - pad
-    box[t, 2] = lo2 - pad
-    box[t, 3] = hi0 + pad
-    box[t, 4] = hi1 + pad
-    box[t, 5] = hi2 + pad
+        lo0, lo1, lo2, hi0, hi1, hi2 = _grow_swept(pos[0, v], pos[1, v], pos[2, v], rel[0, v], rel[1, v],
+                                                   rel[2, v], cons, lo0, lo1, lo2, hi0, hi1, hi2)
+    _put_box(box, t, pad, lo0, lo1, lo2, hi0, hi1, hi2)
 
 
 @njit(**_JIT)
@@ -1687,15 +1693,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             r0 = rel[0, v]
             r1 = rel[1, v]
             r2 = rel[2, v]
-            e0 = x0 + cons * r0
-            e1 = x1 + cons * r1
-            e2 = x2 + cons * r2
-            lo0 = min(lo0, x0, e0)
-            lo1 = min(lo1, x1, e1)
-            lo2 = min(lo2, x2, e2)
-            hi0 = max(hi0, x0, e0)
-            hi1 = max(hi1, x1, e1)
-            hi2 = max(hi2, x2, e2)
+            lo0, lo1, lo2, hi0, hi1, hi2 = _grow_swept(x0, x1, x2, r0, r1, r2, cons, lo0, lo1, lo2, hi0, hi1, hi2)
             rmx += r0
             rmy += r1
             rmz += r2
@@ -1710,12 +1708,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             dy = rel[1, v] - rmy
             dz = rel[2, v] - rmz
             dev = max(dev, dx * dx + dy * dy + dz * dz)
-        pbox[p, 0] = lo0 - pad
-        pbox[p, 1] = lo1 - pad
-        pbox[p, 2] = lo2 - pad
-        pbox[p, 3] = hi0 + pad
-        pbox[p, 4] = hi1 + pad
-        pbox[p, 5] = hi2 + pad
+        _put_box(pbox, p, pad, lo0, lo1, lo2, hi0, hi1, hi2)
         pcone[p, 0] = ax
         pcone[p, 1] = ay
         pcone[p, 2] = az
