@@ -1514,7 +1514,7 @@ def patch_far_pairs(pstart, ptris, triangles, ring_start, ring, n):
         if rep == 1:
             for j in range(ns):
                 fstart[j + 1] += fstart[j]
-            fpair = np.empty(fstart[ns], np.int64)
+            fpair = np.empty(fstart[ns], np.int32)   # slots (< 2**31): half the memory
         for p in range(npatch):
             for ja in range(pstart[p], pstart[p + 1]):
                 a = ptris[ja]
