@@ -354,12 +354,14 @@ def _tri_spheres(pos, rel, triangles, sph):
 
 @njit(**_HELPER)
 def _spheres_apart(sph, a, b, max_cons, max_reach):
-    """True when no feature of triangle a can come within max_reach of one of
-    b during the step: the gap between their bounding spheres exceeds the
-    reach plus their relative motion (scaled by the largest conservativeness).
-    A lower bound on every feature pair's distance and closing speed, so a
-    pair with a contact is never rejected (the exactly-once rule relies on
-    that); 1% + 1 um slack for rounding."""
+    """(apart, lim). apart: no feature of triangle a can come within
+    max_reach of one of b during the step: the gap between their bounding
+    spheres exceeds the reach plus their relative motion (scaled by the
+    largest conservativeness). A lower bound on every feature pair's
+    distance and closing speed, so a pair with a contact is never rejected
+    (the exactly-once rule relies on that). lim: the distance at step start
+    beyond which the two can make no contact (for the plane tests). Both
+    with 1% + 1 um slack for rounding."""
     dx = sph[a, 0] - sph[b, 0]
     dy = sph[a, 1] - sph[b, 1]
     dz = sph[a, 2] - sph[b, 2]
@@ -368,7 +370,8 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     mz = sph[a, 6] - sph[b, 6]
     lo = np.sqrt(dx * dx + dy * dy + dz * dz) - sph[a, 3] - sph[b, 3]
     motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
-    return lo - max_cons * motion > max_reach * 1.01 + 1e-6
+    return (lo - max_cons * motion > max_reach * 1.01 + 1e-6,
+            (max_reach + max_cons * motion) * 1.01 + 1e-6)
 
 
 @njit(**_HELPER)
@@ -469,18 +472,6 @@ def _separated(P, c, lim):
                 and mx * c[6] + my * c[7] + mz * c[8] - d > lim):
             return True
     return False
-
-
-@njit(**_HELPER)
-def _pair_reach(sph, a, b, max_cons, max_reach):
-    """Distance at step start beyond which triangles a and b can make no
-    contact this step (the reach plus their relative motion bound, scaled by
-    the largest conservativeness), with 1% + 1 um slack for rounding."""
-    mx = sph[a, 4] - sph[b, 4]
-    my = sph[a, 5] - sph[b, 5]
-    mz = sph[a, 6] - sph[b, 6]
-    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
-    return (max_reach + max_cons * motion) * 1.01 + 1e-6
 
 
 # ---------------------------------------------------------------- narrow phase
@@ -1856,9 +1847,9 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         if sph_ready[t] == 0:
                             _tri_sphere(pos, rel, triangles, t, sph)
                             sph_ready[t] = 1
-                    if _spheres_apart(sph, a, b, max_cons, max_reach):
+                    apart, lim = _spheres_apart(sph, a, b, max_cons, max_reach)
+                    if apart:
                         continue
-                    lim = _pair_reach(sph, a, b, max_cons, max_reach)
                     ca = _tri_points(pos, triangles, a)
                     cb = _tri_points(pos, triangles, b)
                     for t, ct in ((a, ca), (b, cb)):
