@@ -331,9 +331,10 @@ class SelfCollision:
         maj = np.where(r[:, 0] == r[:, 1], r[:, 0], maj) if nt else maj
         maj = np.where(r[:, 0] == r[:, 2], r[:, 0], maj) if nt else maj
         self.tri_region = np.ascontiguousarray(maj.astype(np.int32))
+        corners = self.rest[tri]   # (nt, 3, 3): the BVH order and the patch cells both start here
         # BVH leaf order: Morton order of rest centroids (the tree is refitted, never rebuilt).
         if nt:
-            c = self.rest[tri].mean(axis=1)
+            c = corners.mean(axis=1)
             lo = c.min(axis=0)
             span = max(float((c.max(axis=0) - lo).max()), 1e-9)
             q = np.clip(((c - lo) / span * 1023).astype(np.int64), 0, 1023)
@@ -346,7 +347,7 @@ class SelfCollision:
             self._bvh_order = np.zeros(0, np.int32)
         self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
         self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
-            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self._patch_cells(),
+            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self._patch_cells(corners),
             4 * self.patch_size, self.patch_size // 2)
         self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
@@ -354,16 +355,16 @@ class SelfCollision:
         self._patch_work = _k.patch_work(n, nt, len(self._pstart) - 1)
         self._disp = np.empty((3, n), np.float32)
 
-    def _patch_cells(self):
+    def _patch_cells(self, corners):
         """Per triangle, its cell in a grid over the rest shape whose cells
         hold about patch_size triangles: patches are grown inside one cell,
         so they come out compact (a breadth-first patch capped by size alone
-        ends ragged, and its box then overlaps patches it does not touch)."""
-        tri = self.triangles
-        nt = tri.shape[0]
+        ends ragged, and its box then overlaps patches it does not touch).
+        corners: (nt, 3, 3) rest positions of the triangles' corners."""
+        nt = corners.shape[0]
         if nt == 0:
             return np.zeros(0, np.int64)
-        p = self.rest[tri].astype(np.float64)
+        p = corners.astype(np.float64)
         area = 0.5 * np.linalg.norm(np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0]), axis=1)
         c = p.mean(axis=1)
         lo = c.min(axis=0)
@@ -444,8 +445,6 @@ class SelfCollision:
         self._check(pos, "pos")
         self._check(vel, "vel")
         g = np.asarray(gravity, dtype=np.float32).reshape(3)
-        if self._disp.shape != pos.shape:
-            self._disp = np.empty_like(pos)
         if not _k.step_displacement(pos, vel, np.float32(dt), g[0], g[1], g[2], self._disp):
             raise _Error("self collision: positions or velocities contain NaN or Inf")
         count = self._run_detect(pos, self._disp, self.margin)

@@ -376,9 +376,7 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
 
 @njit(**_HELPER)
 def _tri_points(pos, triangles, t):
-    """Corners of triangle t as 9 scalars (a branch-free accessor: the
-    array refcounts around it are pruned, unlike those of a helper that
-    takes the arrays and branches)."""
+    """Corners of triangle t as 9 scalars."""
     i0 = triangles[t, 0]
     i1 = triangles[t, 1]
     i2 = triangles[t, 2]
@@ -388,7 +386,7 @@ def _tri_points(pos, triangles, t):
 
 @njit(**_HELPER)
 def _plane_row(pl, t):
-    """Row t of the plane table as a 16-tuple (branch-free accessor)."""
+    """Row t of the plane table as a 16-tuple."""
     return (pl[t, 0], pl[t, 1], pl[t, 2], pl[t, 3], pl[t, 4], pl[t, 5], pl[t, 6], pl[t, 7],
             pl[t, 8], pl[t, 9], pl[t, 10], pl[t, 11], pl[t, 12], pl[t, 13], pl[t, 14], pl[t, 15])
 
@@ -1350,9 +1348,9 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, 
     shape (cell: per triangle), grown breadth-first from seeds in
     seed_order, at most max_size triangles each; a patch under min_size
     (a sliver a cell boundary cut off) joins the smallest patch it shares an
-    edge with. Returns pstart, ptris (CSR
-    of triangles per patch) and nstart, nbr (CSR of the patches sharing a
-    vertex with each, sorted, itself excluded)."""
+    edge with. Returns pstart, ptris (CSR of triangles per patch) and
+    nstart, nbr (CSR of the patches sharing a vertex with each, sorted,
+    itself excluded)."""
     nt = triangles.shape[0]
     # edge -> triangles CSR
     deg = np.zeros(n_edges + 1, np.int64)
@@ -1416,7 +1414,9 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, 
             for k in range(3):
                 e = tri_edges[t, k]
                 for i in range(deg[e], deg[e + 1]):
-                    o = label[patch_of[etri[i]]]
+                    o = patch_of[etri[i]]
+                    while label[o] != o:   # where that patch went, if it joined another
+                        o = label[o]
                     if o != p and (best < 0 or size_of[o] < size_of[best]):
                         best = o
         if best >= 0:
@@ -1617,8 +1617,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         az = _F32_ZERO
         a2min = _F32_INF
         l2max = _F32_ZERO
-        pad = 0.0
-        cons = 0.0
+        pad = _F32_ZERO
+        cons = _F32_ZERO
         for j in range(pstart[p], pstart[p + 1]):
             t = ptris[j]
             r = tri_region[t]
@@ -1718,7 +1718,6 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 1] = rmy
         pmot[p, 2] = rmz
         pmot[p, 3] = np.sqrt(dev)
-    # Spheres and planes only for the triangles that reach those tests.
     order = np.argsort(pbox[:, 0])
     # Per patch p: the patches q it must be tested against (segments of
     # seg_tri: q's triangles inside p's box), then each triangle of p stamps
@@ -1843,6 +1842,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     mode = mode_matrix[max(rA, rB), min(rA, rB)]
                     if mode == MODE_OFF:
                         continue
+                    # Spheres and planes only for the triangles that reach
+                    # those tests.
                     for t in (a, b):
                         if sph_ready[t] == 0:
                             _tri_sphere(pos, rel, triangles, t, sph)
