@@ -39,7 +39,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 from numba import njit, prange
-from numba.core.compiler import Compiler
+
+from .kernels import NoAliasCompiler
 
 __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
 
@@ -726,23 +727,14 @@ def _apply_pins(pinned, pin_weight, targets, out):
             out[q + 2] += w * (targets[q + 2] - out[q + 2])
 
 
-class _NoAliasCompiler(Compiler):
-    """numba's compiler, declaring that no two array arguments overlap (what
-    parallel=True declares for its loop bodies when it can prove it). Without
-    it LLVM cannot vectorise a loop that reads through an index array (it
-    could read what the loop wrote): the dense pass ran scalar, 6.4 ns per
-    vertex, and 3.9 ns vectorised (45x45 proxy, 10,201 dense vertices)."""
-
-    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
-        flags = flags.copy()
-        flags.noalias = True
-        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
-
-
-@njit(pipeline_class=_NoAliasCompiler, **_KERNEL)
+# NoAliasCompiler (kernels): without it LLVM cannot vectorise the dense pass,
+# which reads through index arrays (it could read what the loop wrote): it
+# ran scalar, 6.4 ns per vertex, and 3.9 ns vectorised (45x45 proxy, 10,201
+# dense vertices).
+@njit(pipeline_class=NoAliasCompiler, **_KERNEL)
 def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out):
     """Every dense vertex, in order, with the cheapest formula that covers
-    all of them. Its arguments must not overlap (`_NoAliasCompiler`): skin()
+    all of them. Its arguments must not overlap (`NoAliasCompiler`): skin()
     passes the binding's own arrays and its output only.
 
     Each component is read from a 1-D row: 2-D indexing (with the strides)

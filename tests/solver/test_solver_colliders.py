@@ -74,7 +74,8 @@ def test_without_swept_contacts_the_same_capsule_would_tunnel():
     contact = np.zeros((7, len(rest)), np.float32)
     kernels.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
                               np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact,
-                              np.zeros(len(rest), np.float32), np.zeros(0, np.uint32), -1, np.float32(0.0))
+                              np.zeros(len(rest), np.float32), np.zeros(0, np.uint32), -1, np.float32(0.0),
+                              np.zeros(len(rest), np.uint32), 0)
     shadow = (rest[:, 0] > 0.25) & (rest[:, 0] < 0.75) & (np.abs(rest[:, 2] - 0.5) < 0.05)
     assert np.all(x[1, shadow] < 0.5)
 
