@@ -1520,6 +1520,9 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
     stretch/shear/bend damping): the same sequence and arithmetic with only
     the fast kernels, so a first step compiles only what it runs (the
     general kernels compile when a setting needs them).
+    stretch, shear, bend, limits: (indices, coefficients) of the fast
+    kernels (the packed() tuples' last two arrays: fewer arrays to pass,
+    and numba's dispatch costs ~0.15 us per array argument).
     self_contacts: None, or SelfCollision.solve_args() for this step's frozen
     self contacts, solved (Jacobi) after the constraints and before the
     colliders, as in the general path. None compiles a version without them."""
@@ -1545,11 +1548,11 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if bad > 0:
             return bad
         to_aos4(pos, p4)
-        solve_distance_fast4(p4, stretch[6], stretch[7], False)
-        solve_distance_fast4(p4, shear[6], shear[7], False)
-        solve_bending_fast4(p4, bend[6], bend[7])
+        solve_distance_fast4(p4, stretch[0], stretch[1], False)
+        solve_distance_fast4(p4, shear[0], shear[1], False)
+        solve_bending_fast4(p4, bend[0], bend[1])
         if cfg[C_USE_LIMITS] != F0:
-            solve_distance_fast4(p4, limits[6], limits[7], True)
+            solve_distance_fast4(p4, limits[0], limits[1], True)
         tv, ta, tl, tw, tc = tether
         fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
         if fast_tethers:

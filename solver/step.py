@@ -142,8 +142,10 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             cfg[K.C_USE_LIMITS] = 0.0
         constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether,
                        model.limits.packed())
+        # step_fast takes only the fast kernels' (indices, coefficients).
+        fast = tuple(c[6:8] for c in constraints[:3]) + (tether, constraints[4][6:8])
         # Everything that stays the same while params, dt and pins do.
-        model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints)
+        model._cfg_cache = cached = (key, dt, model.pin_version, cfg, soft_alpha, constraints, fast)
     cfg, soft_alpha, (stretch, shear, bend, tether, limits) = cached[3], cached[4], cached[5]
     cfg[K.C_USE_ACCEL] = 1.0 if accel is not None else 0.0
     cfg[K.C_COFF_MAX] = model.collider_offset_max
@@ -181,8 +183,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                 self_contacts = sc.solve_args()
         with _FAST:
             bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
-                              plane1, model.hit, model.entry, model.collider_offset, model.contact, stretch,
-                              shear, bend, tether, limits, model.soft_lam, self_contacts)
+                              plane1, model.hit, model.entry, model.collider_offset, model.contact, *cached[6],
+                              model.soft_lam, self_contacts)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
