@@ -628,6 +628,21 @@ def capsule_distance_pre(px, py, pz, c):
     return _sphere_push(qx - sd * ux, qy - sd * uy, qz - sd * uz, r, s, ux, uy, uz)
 
 
+@njit(inline="always", **JIT)
+def outside_capsule(px, py, pz, ax, ay, az, ux, uy, uz, ln, rmax):
+    """True if the point is farther than rmax from the axis segment (a, a +
+    ln u): then it is outside the round cone (every sphere along the axis
+    has a radius of at most rmax). Squared, no square root or division: most
+    of the vertices the projection visits are near a capsule, not in it, and
+    the full distance (capsule_distance_pre) cost them a square root, a
+    division and the sphere push's branches."""
+    qx, qy, qz = px - ax, py - ay, pz - az
+    x = qx * ux + qy * uy + qz * uz
+    x = min(max(x, F0), ln)
+    ex, ey, ez = qx - x * ux, qy - x * uy, qz - x * uz
+    return ex * ex + ey * ey + ez * ez > rmax * rmax
+
+
 @njit(**JIT)
 def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
     """Collider transforms at substep start (cap0) and end (cap1, plane1).
@@ -927,7 +942,11 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
                 continue
             if cmask[i] < F0:
                 break
-            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, capsule_row_off(pre, j, cmask[i]))
+            off = cmask[i]
+            if outside_capsule(px, py, pz, pre[j, 0], pre[j, 1], pre[j, 2], pre[j, 3], pre[j, 4], pre[j, 5],
+                               pre[j, 6], max(pre[j, 8], pre[j, 9]) + off):
+                continue
+            d, nx, ny, nz, s = capsule_distance_pre(px, py, pz, capsule_row_off(pre, j, off))
             if d < F0:
                 px -= d * nx
                 py -= d * ny
