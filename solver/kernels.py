@@ -907,8 +907,8 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
     are visited (from_aos4_collect: every vertex that could need it);
     count = -1: all of them (cand is then unused).
     A vertex pushed for the first time since its velocity was last finished
-    is appended to clist[ccount:] (the contact list: velocity_pass applies
-    friction to those alone). Returns the new ccount."""
+    is appended to clist[ccount:] (the contact list: contact_friction
+    applies friction to those alone). Returns the new ccount."""
     use_list = count >= 0
     n = np.uint64(count) if use_list else np.uint64(pos.shape[1])
     kc = cap1.shape[0]
@@ -1109,6 +1109,8 @@ def update_velocities(pos, prev, vel, contact, clist, ccount, h, mu_s, mu_k, max
     contact_friction(pos, prev, vel, contact, clist, ccount, inv_h, h, mu_s, mu_k, creep)
     return _velocity_rows(pos[0], pos[1], pos[2], prev[0], prev[1], prev[2], vel[0], vel[1], vel[2],
                           contact[3], inv_h, max_v)
+
+
 # ---------------------------------------------------------------- one step
 
 @njit(**JIT)
@@ -1372,8 +1374,7 @@ def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay,
     moves the kinematic ones). sel[i] = 1 for a free vertex that collides
     with capsules (cmask >= 0), whose path box meets box ubox (a tuple) and
     whose squared path length is slow2 or more (slow_path2), else 0 (see
-    compact_flags). Returns the number of non-finite
-    velocities."""
+    compact_flags). Returns the number of non-finite velocities."""
     n = np.uint64(x.shape[0])
     vmax2 = max_v * max_v if max_v > F0 else FINF
     keep = F1 - drag
