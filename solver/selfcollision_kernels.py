@@ -1220,7 +1220,9 @@ def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, ve
 
 
 _gather = njit(parallel=True, **_JIT)(_gather_impl)
-solve_parallel = njit(parallel=True, **_JIT)(_solve_impl)
+# The passes it calls are the parallel ones; the wrapper itself has no loop
+# to split (parallel=True on it only raised NumbaPerformanceWarning).
+solve_parallel = njit(**_JIT)(_solve_impl)
 
 
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
