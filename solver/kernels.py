@@ -706,44 +706,6 @@ def swept_box_union(box):
     return (lx, ly, lz, hx, hy, hz)
 
 
-@njit(**JIT)
-def capsule_moves(cap0, cap1):
-    """(k,) how far any point of each capsule's axis moves over the substep
-    (at most as far as its farther end: the axis is interpolated)."""
-    k = cap1.shape[0]
-    move = np.empty(k, dtype=np.float32)
-    for j in range(k):
-        da = ((cap1[j, 0] - cap0[j, 0]) ** 2 + (cap1[j, 1] - cap0[j, 1]) ** 2
-              + (cap1[j, 2] - cap0[j, 2]) ** 2)
-        db = ((cap1[j, 3] - cap0[j, 3]) ** 2 + (cap1[j, 4] - cap0[j, 4]) ** 2
-              + (cap1[j, 5] - cap0[j, 5]) ** 2)
-        move[j] = np.sqrt(max(da, db))
-    return move
-
-
-@njit(**JIT)
-def slow_path2(cap0, cap1, margin):
-    """Squared path length (x_prev -> predicted x) under which a vertex needs
-    no swept test against any capsule this substep; -1 if none is that slow.
-
-    A swept contact exists to stop tunnelling: a vertex that ends past a
-    capsule's axis would be pushed out of the far side. Relative to a
-    capsule a vertex moves at most its path plus the capsule's motion L
-    (capsule_moves). Starting outside, it ends at most L deep; starting
-    inside by up to half the radius (deeper ones are left to the live
-    push-out anyway), at most r/2 + L. With L < r_min/2 it ends less than a
-    radius deep, where the live push-out's nearest surface is the side it
-    came in from (within 2L of its entry point). Most cloth moves millimetres
-    per substep against capsules of centimetres: on the 100x100 sheet the
-    swept tests had cost 50-70 us per substep while the capsule was in it."""
-    move = capsule_moves(cap0, cap1)
-    lim = np.float32(3e38)
-    for j in range(cap1.shape[0]):
-        r = min(min(cap0[j, 6], cap0[j, 7]), min(cap1[j, 6], cap1[j, 7])) + margin
-        lim = min(lim, FHALF * r - move[j])
-    return lim * lim if lim > F0 else np.float32(-1.0)
-
-
 @njit(inline="always", **JIT)
 def path_misses(x0, y0, z0, x1, y1, z1, u):
     """True if the path box misses box u (a tuple, see box_row)."""
@@ -852,7 +814,15 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
     if count == 0 or k == 0:
         return
     pre = prepare_capsules(cap1, margin)
-    move = capsule_moves(cap0, cap1)
+    # How far any point of each capsule's axis moves over the substep (at
+    # most as far as its farther end).
+    move = np.empty(k, dtype=np.float32)
+    for j in range(k):
+        da = ((cap1[j, 0] - cap0[j, 0]) ** 2 + (cap1[j, 1] - cap0[j, 1]) ** 2
+              + (cap1[j, 2] - cap0[j, 2]) ** 2)
+        db = ((cap1[j, 3] - cap0[j, 3]) ** 2 + (cap1[j, 4] - cap0[j, 4]) ** 2
+              + (cap1[j, 5] - cap0[j, 5]) ** 2)
+        move[j] = np.sqrt(max(da, db))
     for q in range(count):
         i = cand[q]
         best_u = np.float32(2.0)
@@ -863,9 +833,6 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
         for j in range(k):
             # Cull: the vertex's path box misses the capsule's swept box.
             if path_misses(x0, y0, z0, x1, y1, z1, box_row(box, j)):
-                continue
-            # Cull: too slow to tunnel (see slow_path2).
-            if path + move[j] < FHALF * (min(cap1[j, 6], cap1[j, 7]) + margin):
                 continue
             # Cull: the path in the capsule's frame is no longer than the
             # vertex's own path plus the capsule's motion, and the distance
@@ -1366,15 +1333,15 @@ def finish_substep(pos, prev, vel, inv_mass, cfg, contact, clist, ccount):
 
 
 @njit(pipeline_class=NoAliasCompiler, **JIT)
-def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay, az, cmask, sel, ubox, slow2,
-                  start, use_accel, inv_h, h, max_v, drag, gx, gy, gz):
+def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay, az, cmask, sel, ubox, start,
+                  use_accel, inv_h, h, max_v, drag, gx, gy, gz):
     """_velocity_rows, then the predict of the next substep (x_prev = x,
     drag, gravity, acceleration, x += h v) for every vertex, branch-free.
     A vertex with inv_mass 0 keeps its velocity and position (the pins pass
     moves the kinematic ones). sel[i] = 1 for a free vertex that collides
-    with capsules (cmask >= 0), whose path box meets box ubox (a tuple) and
-    whose squared path length is slow2 or more (slow_path2), else 0 (see
-    compact_flags). Returns the number of non-finite velocities."""
+    with capsules (cmask >= 0) and whose path box meets box ubox (a tuple),
+    else 0 (see compact_flags). Returns the number of non-finite
+    velocities."""
     n = np.uint64(x.shape[0])
     vmax2 = max_v * max_v if max_v > F0 else FINF
     keep = F1 - drag
@@ -1410,10 +1377,9 @@ def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay,
         x[i] = qx
         y[i] = qy
         z[i] = qz
-        ex, ey, ez = qx - px, qy - py, qz - pz
         miss = ((max(px, qx) < ubox[0]) | (min(px, qx) > ubox[3]) | (max(py, qy) < ubox[1])
                 | (min(py, qy) > ubox[4]) | (max(pz, qz) < ubox[2]) | (min(pz, qz) > ubox[5])
-                | (not free) | (cmask[i] < F0) | (ex * ex + ey * ey + ez * ez < slow2))
+                | (not free) | (cmask[i] < F0))
         sel[i] = 0 if miss else 1
     return bad
 
@@ -1463,9 +1429,8 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccoun
     margin = cfg[C_MARGIN]
     box = capsule_boxes(cap0, cap1, margin + cfg[C_COFF_MAX])
     ubox = swept_box_union(box)
-    slow2 = slow_path2(cap0, cap1, margin)
     rows = (pos[0], pos[1], pos[2], prev[0], prev[1], prev[2], vel[0], vel[1], vel[2], contact[3], inv_mass, hit,
-            accel[0], accel[1], accel[2], cmask, sel, ubox, slow2, not finish)
+            accel[0], accel[1], accel[2], cmask, sel, ubox, not finish)
     # A literal flag per call: LLVM drops the dead path (see solve_distance_fast4).
     if cfg[C_USE_ACCEL] != F0:
         bad = _advance_rows(*rows, True, inv_h, h, cfg[C_MAXV], drag, cfg[C_GX], cfg[C_GY], cfg[C_GZ])
