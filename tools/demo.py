@@ -627,6 +627,9 @@ def main(argv=None):
     ap.add_argument("--no-render", action="store_true", help="skip the Workbench renders")
     ap.add_argument("--no-layer-order", action="store_true",
                     help="simulate the skirt and the overskirt without their layer order")
+    ap.add_argument("--nudge-gravity", type=float, default=0.0, metavar="EPS",
+                    help="add EPS m/s^2 to the scene's gravity (e.g. 1e-6): the layered skirts are "
+                         "chaotic in rounding, so judge a change by several nudged runs, not one")
     args = ap.parse_args(argv)
     t_all = time.perf_counter()
 
@@ -665,12 +668,12 @@ def main(argv=None):
     overskirt = add_skirt(rig, "Overskirt", around=64, down=14, length=0.34, r_top=0.205, r_bot=0.42,
                           color=(0.75, 0.55, 0.2))
     # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
-    # Crossing pairs summed over every 6th frame of 72, between the layers /
-    # within the skirt: 1,675 / 530 with it; without it (--no-layer-order)
-    # the legs squeeze both layers onto the same capsules and the pair blows
-    # up, 6,025 / 5,495. Both are sensitive: before the rig was evaluated at
-    # frame 1 for the build (capsule radii 0.3 mm different), without the
-    # order it was 2,511 / 189 and with it 1,667 / 393.
+    # With it the pair either stays apart or tangles, and rounding decides
+    # which (one ulp, or --nudge-gravity 1e-6): judge a change by the
+    # crossings summed over the walk (benchmarks/demo_crossings.py) over a
+    # few nudged runs; DEVELOPERS.md, "Rounding and the demo's skirts".
+    # Without the order (--no-layer-order) the legs squeeze both layers onto
+    # the same capsules and the pair falls apart.
     for obj in (skirt, overskirt):
         make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=6)
     if not args.no_layer_order:
@@ -691,6 +694,9 @@ def main(argv=None):
         obj.drape_bake.target = targets[obj.name]
 
     setup_render(scene)
+    if args.nudge_gravity:
+        scene.use_gravity = True
+        scene.gravity[2] += args.nudge_gravity
     follow = add_follow_camera(rig)
     rig.hide_render = True
     blend = os.path.join(out, "demo.blend")
