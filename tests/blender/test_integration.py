@@ -778,6 +778,29 @@ def test_layer_order_reaches_the_shared_model_without_a_rebuild(empty_scene):
     assert layers == {"Blanket": 0, "Hammock": 1}
 
 
+def test_outer_layer_keeps_the_inner_layers_thickness_off_the_colliders(empty_scene):
+    # Layered cloths in one model: the outer layer's capsules grow by one
+    # self-collision thickness per layer under it (so a leg pressing both
+    # layers leaves room for the inner one); swapping the order mid-play
+    # moves the offset to the other cloth, without a rebuild.
+    scene = empty_scene
+    hammock, top = _two_sheets(True)
+    top.drape.layer, hammock.drape.layer = 1, 0
+    play(scene, range(1, 3))
+    sim = runtime.get(top)
+    assert sim.error is None, sim.error
+    thickness = max(top.drape.self_thickness, 1e-5)   # the lead (first member) sets it
+    rows = {m.name: slice(m.start, m.stop) for m in sim.members}
+    offset = sim.model.collider_offset
+    np.testing.assert_allclose(offset[rows["Blanket"]], thickness, rtol=1e-6)
+    np.testing.assert_array_equal(offset[rows["Hammock"]], 0.0)
+    top.drape.layer, hammock.drape.layer = 0, 3
+    play(scene, range(3, 5))
+    assert runtime.get(top) is sim and sim.builds == 1
+    np.testing.assert_array_equal(offset[rows["Blanket"]], 0.0)
+    np.testing.assert_allclose(offset[rows["Hammock"]], thickness, rtol=1e-6)
+
+
 def test_pins_follow_a_hook(empty_scene):
     scene = empty_scene
     sheet, top = hanging_sheet(n=8)
