@@ -30,6 +30,9 @@ MODE_FULL = 2
 # A vertex-triangle contact pushes while the vertex is over the triangle or
 # beside it by at most this many thicknesses.
 VT_REACH = 1.0
+# An edge-edge contact pushes while its closest points are apart across its
+# normal by at most this many thicknesses.
+EE_REACH = 2.0
 
 # Between layered regions the layer order decides a contact's side only while
 # the vertex (or edge) is less than this many thicknesses on the wrong side;
@@ -1100,6 +1103,18 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             c1 = s
             c2 = -(1.0 - t)
             c3 = -t
+            # Like a vertex beside its triangle: closest points apart by more
+            # than the reach across the frozen normal make a stale contact
+            # (the edges slid apart sideways since detection), however
+            # negative the gap along that normal looks.
+            ex = c0 * pos[0, i0] + c1 * pos[0, i1] + c2 * pos[0, i2] + c3 * pos[0, i3]
+            ey = c0 * pos[1, i0] + c1 * pos[1, i1] + c2 * pos[1, i2] + c3 * pos[1, i3]
+            ez = c0 * pos[2, i0] + c1 * pos[2, i1] + c2 * pos[2, i2] + c3 * pos[2, i3]
+            eh = ex * nx + ey * ny + ez * nz
+            tol = EE_REACH * contact_target[k]
+            if ex * ex + ey * ey + ez * ez - eh * eh > tol * tol:
+                slot_active[k] = 0
+                continue
         # Relative position along n of the contact points.
         gap = c0 * (pos[0, i0] * nx + pos[1, i0] * ny + pos[2, i0] * nz) \
             + c1 * (pos[0, i1] * nx + pos[1, i1] * ny + pos[2, i1] * nz)

@@ -383,3 +383,32 @@ def test_broad_phases_find_the_same_contacts_on_a_crumpled_moving_sheet():
         keys[bp] = set(k)
     assert len(keys["grid"]) > 1000
     assert keys["patch"] == keys["grid"] == keys["bvh"]
+
+
+def _edge_pair_pass(shift_x):
+    """One edge-edge contact (frozen normal +z: edge 0-1 belongs 4 mm above
+    edge 2-3): edge 0-1 along y at x = shift_x, z = 0; edge 2-3 along x from
+    -1 to 0, 1 mm higher. Returns (active, correction of vertex 0)."""
+    from drape.solver import selfcollision_kernels as k
+    pos = np.array([[shift_x, -1.0, 0.0], [shift_x, 1.0, 0.0], [-1.0, 0.0, 0.001], [0.0, 0.0, 0.001],
+                    [0.0, 0.0, -1.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], np.float32).T.copy()
+    args = (np.ones(7, np.float32), np.array([[0, 1, 2, 3]], np.int32), np.array([KIND_EDGE_EDGE], np.int8),
+            np.array([[0.0, 0.0, 1.0]], np.float32), np.array([0], np.int32), np.array([[4, 5, 6]], np.int32),
+            np.array([0.004], np.float32), np.zeros(1, np.float32))
+    delta = np.zeros((1, 4, 3), np.float32)
+    active = np.zeros(1, np.uint8)
+    k._pass1_serial(pos, pos.copy(), *args, delta, active)
+    return int(active[0]), delta[0, 0]
+
+
+def test_edge_contact_whose_edges_slid_apart_sideways_is_stale():
+    # Edge 0-1 is 1 mm on the wrong side of edge 2-3 along the frozen
+    # normal both times. Crossing (closest points 1 mm apart): the contact
+    # pushes edge 0-1 up, to its side. Slid 15 mm apart across the normal
+    # (the demo skirts' waist edges): the frozen normal no longer separates
+    # anything and the contact must not act (it had thrown a vertex 0.3 m
+    # in one substep).
+    active, move = _edge_pair_pass(-0.5)
+    assert active == 1 and move[2] > 0
+    active, move = _edge_pair_pass(0.015)   # past edge 2-3's end: 15 mm apart in x
+    assert active == 0 and not np.any(move)
