@@ -192,6 +192,15 @@ def intersecting_pairs(positions, triangles, chunk=400_000):
     return total
 
 
+def crossings_between(xa, ta, xb, tb):
+    """Intersecting triangle pairs between two meshes (positions, (t, 3)
+    triangles) and within each: (between, within a, within b)."""
+    within_a = intersecting_pairs(xa, ta)
+    within_b = intersecting_pairs(xb, tb)
+    both = intersecting_pairs(np.concatenate([xa, xb]), np.concatenate([ta, np.asarray(tb) + len(xa)]))
+    return both - within_a - within_b, within_a, within_b
+
+
 # ----------------------------------------------------------------- one frame, all metrics
 
 class FrameMetrics:

@@ -708,9 +708,11 @@ def swept_box_union(box):
 
 @njit(inline="always", **JIT)
 def path_misses(x0, y0, z0, x1, y1, z1, u):
-    """True if the path box misses box u (a tuple, see box_row)."""
-    return (max(x0, x1) < u[0] or min(x0, x1) > u[3] or max(y0, y1) < u[1]
-            or min(y0, y1) > u[4] or max(z0, z1) < u[2] or min(z0, z1) > u[5])
+    """True if the path box misses box u (a tuple, see box_row). One `|` of
+    six comparisons, no short-circuit branches: it also serves the
+    vectorised row pass (_advance_rows)."""
+    return ((max(x0, x1) < u[0]) | (min(x0, x1) > u[3]) | (max(y0, y1) < u[1])
+            | (min(y0, y1) > u[4]) | (max(z0, z1) < u[2]) | (min(z0, z1) > u[5]))
 
 
 @njit(**JIT)
@@ -1324,7 +1326,7 @@ def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, limi
 
 
 @njit(**JIT)
-def finish_substep(pos, prev, vel, inv_mass, cfg, contact, clist, ccount):
+def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
     h = cfg[C_H]
     g = np.sqrt(cfg[C_GX] * cfg[C_GX] + cfg[C_GY] * cfg[C_GY] + cfg[C_GZ] * cfg[C_GZ])
     creep = np.float32(2.0) * g * h
@@ -1377,9 +1379,7 @@ def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay,
         x[i] = qx
         y[i] = qy
         z[i] = qz
-        miss = ((max(px, qx) < ubox[0]) | (min(px, qx) > ubox[3]) | (max(py, qy) < ubox[1])
-                | (min(py, qy) > ubox[4]) | (max(pz, qz) < ubox[2]) | (min(pz, qz) > ubox[5])
-                | (not free) | (cmask[i] < F0))
+        miss = path_misses(px, py, pz, qx, qy, qz, ubox) | (not free) | (cmask[i] < F0)
         sel[i] = 0 if miss else 1
     return bad
 
@@ -1468,7 +1468,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
     for sub in range(substeps):
         if sub == 0 or use_wind:
             if sub > 0:
-                bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, clist, ccount)
+                bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
                 ccount = 0
                 if bad > 0:
                     return bad
@@ -1494,7 +1494,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
             if has_contacts:
                 ccount = project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask,
                                            cand, -1, cfg[C_COFF_MAX], clist, ccount)
-    bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, clist, ccount)
+    bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 
 
@@ -1562,5 +1562,5 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if has_contacts:
             ccount = project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand,
                                        count, cfg[C_COFF_MAX], clist, ccount)
-    bad += finish_substep(pos, prev, vel, inv_mass, cfg, contact, clist, ccount)
+    bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad

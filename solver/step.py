@@ -211,7 +211,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
                     ccount = K.project_colliders(pos, model.inv_mass, cap1, plane1, cfg[K.C_MARGIN],
                                                  model.hit, model.entry, model.contact, model.collider_offset,
                                                  _NO_LIST, -1, cfg[K.C_COFF_MAX], clist, ccount)
-            bad += K.finish_substep(pos, prev, vel, model.inv_mass, cfg, model.contact, clist, ccount)
+            bad += K.finish_substep(pos, prev, vel, cfg, model.contact, clist, ccount)
             ccount = 0
             if bad:
                 break

@@ -609,11 +609,7 @@ def print_quality(scene, cloths, capsules, layers):
         print(f"  {obj.name:11s} edge strain mean {strain.mean():+.4f} max {strain.max():.3f}; "
               f"vertices inside body capsules {inside}; intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
     a, b = layers
-    xa, ta = meshes[a.name]
-    xb, tb = meshes[b.name]
-    both = np.concatenate([xa, xb])
-    tris = np.concatenate([ta, tb + len(xa)])
-    crossing = Q.intersecting_pairs(both, tris) - Q.intersecting_pairs(xa, ta) - Q.intersecting_pairs(xb, tb)
+    crossing, _, _ = Q.crossings_between(*meshes[a.name], *meshes[b.name])
     print(f"  {a.name} x {b.name}: intersecting triangle pairs between the layers {crossing}")
 
 
