@@ -320,14 +320,17 @@ def _tri_sphere(pos, rel, triangles, t, sph):
     i0 = triangles[t, 0]
     i1 = triangles[t, 1]
     i2 = triangles[t, 2]
-    cx = (pos[0, i0] + pos[0, i1] + pos[0, i2]) * (1.0 / 3.0)
-    cy = (pos[1, i0] + pos[1, i1] + pos[1, i2]) * (1.0 / 3.0)
-    cz = (pos[2, i0] + pos[2, i1] + pos[2, i2]) * (1.0 / 3.0)
-    mx = (rel[0, i0] + rel[0, i1] + rel[0, i2]) * (1.0 / 3.0)
-    my = (rel[1, i0] + rel[1, i1] + rel[1, i2]) * (1.0 / 3.0)
-    mz = (rel[2, i0] + rel[2, i1] + rel[2, i2]) * (1.0 / 3.0)
-    r2 = 0.0
-    m2 = 0.0
+    # float32 like the positions (sph is float32: the tests that read it
+    # carry 1 % + 1 um of slack).
+    third = np.float32(1.0 / 3.0)
+    cx = (pos[0, i0] + pos[0, i1] + pos[0, i2]) * third
+    cy = (pos[1, i0] + pos[1, i1] + pos[1, i2]) * third
+    cz = (pos[2, i0] + pos[2, i1] + pos[2, i2]) * third
+    mx = (rel[0, i0] + rel[0, i1] + rel[0, i2]) * third
+    my = (rel[1, i0] + rel[1, i1] + rel[1, i2]) * third
+    mz = (rel[2, i0] + rel[2, i1] + rel[2, i2]) * third
+    r2 = _F32_ZERO
+    m2 = _F32_ZERO
     for k in range(3):
         v = triangles[t, k]
         dx = pos[0, v] - cx
@@ -371,10 +374,11 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     mx = sph[a, 4] - sph[b, 4]
     my = sph[a, 5] - sph[b, 5]
     mz = sph[a, 6] - sph[b, 6]
-    lo = np.sqrt(dx * dx + dy * dy + dz * dz) - sph[a, 3] - sph[b, 3]
     motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
-    return (lo - max_cons * motion > max_reach * 1.01 + 1e-6,
-            (max_reach + max_cons * motion) * 1.01 + 1e-6)
+    # |d| - r_a - r_b - cons motion > slack reach, squared (one root).
+    far = max_reach * 1.01 + 1e-6 + sph[a, 3] + sph[b, 3] + max_cons * motion
+    return (dx * dx + dy * dy + dz * dz > far * far,
+            np.float32((max_reach + max_cons * motion) * 1.01 + 1e-6))
 
 
 @njit(**_HELPER)
@@ -405,13 +409,13 @@ def _edge_plane(ax, ay, az, bx, by, bz, nx, ny, nz):
     mx = ey * nz - ez * ny
     my = ez * nx - ex * nz
     mz = ex * ny - ey * nx
-    lm = np.sqrt(mx * mx + my * my + mz * mz)
-    if lm < 1e-30:
-        mx = my = mz = 0.0
-        lm = 1.0
-    mx /= lm
-    my /= lm
-    mz /= lm
+    lm2 = mx * mx + my * my + mz * mz
+    if lm2 < _F32_TINY:
+        return _F32_ZERO, _F32_ZERO, _F32_ZERO, _F32_ZERO
+    inv = _F32_ONE / np.sqrt(lm2)
+    mx *= inv
+    my *= inv
+    mz *= inv
     return mx, my, mz, mx * ax + my * ay + mz * az
 
 
@@ -420,10 +424,12 @@ def _tri_plane(c):
     """A triangle's plane and the three planes through its edges
     perpendicular to it, outward (unit normal, offset), from its corners c
     (9 scalars): a 16-tuple, all zero for a degenerate triangle (then every
-    plane test passes: no reject). Scalars only: no allocation per call."""
-    x0, y0, z0 = np.float64(c[0]), np.float64(c[1]), np.float64(c[2])
-    x1, y1, z1 = np.float64(c[3]), np.float64(c[4]), np.float64(c[5])
-    x2, y2, z2 = np.float64(c[6]), np.float64(c[7]), np.float64(c[8])
+    plane test passes: no reject). Scalars only: no allocation per call.
+    float32 like the corners (the tests carry 1 % + 1 um of slack): in
+    float64 its square roots and divisions were a fifth of detection."""
+    x0, y0, z0 = c[0], c[1], c[2]
+    x1, y1, z1 = c[3], c[4], c[5]
+    x2, y2, z2 = c[6], c[7], c[8]
     ux = x1 - x0
     uy = y1 - y0
     uz = z1 - z0
@@ -433,12 +439,14 @@ def _tri_plane(c):
     nx = uy * wz - uz * wy
     ny = uz * wx - ux * wz
     nz = ux * wy - uy * wx
-    ln = np.sqrt(nx * nx + ny * ny + nz * nz)
-    if ln < 1e-30:
-        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    nx /= ln
-    ny /= ln
-    nz /= ln
+    ln2 = nx * nx + ny * ny + nz * nz
+    if ln2 < _F32_TINY:
+        z = _F32_ZERO
+        return (z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z)
+    inv = _F32_ONE / np.sqrt(ln2)
+    nx *= inv
+    ny *= inv
+    nz *= inv
     m0 = _edge_plane(x0, y0, z0, x1, y1, z1, nx, ny, nz)
     m1 = _edge_plane(x1, y1, z1, x2, y2, z2, nx, ny, nz)
     m2 = _edge_plane(x2, y2, z2, x0, y0, z0, nx, ny, nz)
@@ -503,6 +511,25 @@ def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
         out_target[count] = target
         out_friction[count] = friction
     return count + 1
+
+
+@njit(**_HELPER)
+def _edge_sphere(pos, rel, edges, e):
+    """Edge e's bounding sphere at step start (midpoint, half length) and its
+    motion (mean relative displacement of its ends, half their difference):
+    an 8-tuple."""
+    a = edges[e, 0]
+    b = edges[e, 1]
+    hx = pos[0, b] - pos[0, a]
+    hy = pos[1, b] - pos[1, a]
+    hz = pos[2, b] - pos[2, a]
+    gx = rel[0, b] - rel[0, a]
+    gy = rel[1, b] - rel[1, a]
+    gz = rel[2, b] - rel[2, a]
+    return (0.5 * (pos[0, a] + pos[0, b]), 0.5 * (pos[1, a] + pos[1, b]), 0.5 * (pos[2, a] + pos[2, b]),
+            0.5 * np.sqrt(hx * hx + hy * hy + hz * hz),
+            0.5 * (rel[0, a] + rel[0, b]), 0.5 * (rel[1, a] + rel[1, b]), 0.5 * (rel[2, a] + rel[2, b]),
+            0.5 * np.sqrt(gx * gx + gy * gy + gz * gz))
 
 
 @njit(**_HELPER)
@@ -663,15 +690,16 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             px = pos[0, v]
             py = pos[1, v]
             pz = pos[2, v]
-            # Cheap reject: the vertex against T's bounding sphere and motion.
+            # Cheap reject: the vertex against T's bounding sphere and motion
+            # (|s| - r - cons (|m| + dev) > slack reach, squared: one root).
             sx = px - sph[T, 0]
             sy = py - sph[T, 1]
             sz = pz - sph[T, 2]
             mx = rel[0, v] - sph[T, 4]
             my = rel[1, v] - sph[T, 5]
             mz = rel[2, v] - sph[T, 6]
-            if (np.sqrt(sx * sx + sy * sy + sz * sz) - sph[T, 3]
-                    - cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7]) > reach * 1.01 + 1e-6):
+            lim = reach * 1.01 + 1e-6 + sph[T, 3] + cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7])
+            if sx * sx + sy * sy + sz * sz > lim * lim:
                 continue
             u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
                                              pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
@@ -687,11 +715,15 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
                                     + abs(rel[0, b]) + abs(rel[1, b]) + abs(rel[2, b])
                                     + abs(rel[0, c]) + abs(rel[1, c]) + abs(rel[2, c])):
                 continue
-            ux_, uy_, uz_, vx_, vy_, vz_, tnx, tny, tnz = _tri_frame(pos, a, b, c)
-            if d0 > 1e-12:
-                nx, ny, nz = dx / d0, dy / d0, dz / d0
-            else:
+            # T's normal only where it is needed: a vertex on the triangle,
+            # or a contact (most pairs that get here are neither).
+            framed = d0 <= 1e-12
+            tnx = tny = tnz = 0.0
+            if framed:
+                _, _, _, _, _, _, tnx, tny, tnz = _tri_frame(pos, a, b, c)
                 nx, ny, nz = tnx, tny, tnz
+            else:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
             rqx = u * rel[0, a] + vv * rel[0, b] + ww * rel[0, c]
             rqy = u * rel[1, a] + vv * rel[1, b] + ww * rel[1, c]
             rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
@@ -699,6 +731,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             if d0 < reach or d0 + cons * close < reach:
                 if not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
                     continue
+                if not framed:
+                    _, _, _, _, _, _, tnx, tny, tnz = _tri_frame(pos, a, b, c)
                 facing = False
                 if layered:
                     # The layer order holds where the two layers face the same
@@ -724,39 +758,34 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
                               count, KIND_VERTEX_TRIANGLE, v, a, b, c, sgn, 0.0, 0.0, T, target, fric)
     if mode != MODE_FULL:
         return count
-    # edge-edge
+    # edge-edge. Each edge's bounding sphere and motion once per pair (not
+    # once per edge pair: nine pairs share six edges).
+    eA = (_edge_sphere(pos, rel, edges, tri_edges[A, 0]), _edge_sphere(pos, rel, edges, tri_edges[A, 1]),
+          _edge_sphere(pos, rel, edges, tri_edges[A, 2]))
+    eB = (_edge_sphere(pos, rel, edges, tri_edges[B, 0]), _edge_sphere(pos, rel, edges, tri_edges[B, 1]),
+          _edge_sphere(pos, rel, edges, tri_edges[B, 2]))
+    slack = reach * 1.01 + 1e-6
     for ka in range(3):
         ea = tri_edges[A, ka]
         a = edges[ea, 0]
         b = edges[ea, 1]
+        sa = eA[ka]
         for kb in range(3):
             eb = tri_edges[B, kb]
             c = edges[eb, 0]
             d = edges[eb, 1]
-            # Cheap reject: the edges' bounding spheres and motions.
-            sx = 0.5 * ((pos[0, a] + pos[0, b]) - (pos[0, c] + pos[0, d]))
-            sy = 0.5 * ((pos[1, a] + pos[1, b]) - (pos[1, c] + pos[1, d]))
-            sz = 0.5 * ((pos[2, a] + pos[2, b]) - (pos[2, c] + pos[2, d]))
-            h1x = pos[0, b] - pos[0, a]
-            h1y = pos[1, b] - pos[1, a]
-            h1z = pos[2, b] - pos[2, a]
-            h2x = pos[0, d] - pos[0, c]
-            h2y = pos[1, d] - pos[1, c]
-            h2z = pos[2, d] - pos[2, c]
-            mx = 0.5 * ((rel[0, a] + rel[0, b]) - (rel[0, c] + rel[0, d]))
-            my = 0.5 * ((rel[1, a] + rel[1, b]) - (rel[1, c] + rel[1, d]))
-            mz = 0.5 * ((rel[2, a] + rel[2, b]) - (rel[2, c] + rel[2, d]))
-            g1x = rel[0, b] - rel[0, a]
-            g1y = rel[1, b] - rel[1, a]
-            g1z = rel[2, b] - rel[2, a]
-            g2x = rel[0, d] - rel[0, c]
-            g2y = rel[1, d] - rel[1, c]
-            g2z = rel[2, d] - rel[2, c]
-            lo = (np.sqrt(sx * sx + sy * sy + sz * sz) - 0.5 * (np.sqrt(h1x * h1x + h1y * h1y + h1z * h1z)
-                                                               + np.sqrt(h2x * h2x + h2y * h2y + h2z * h2z)))
-            mot = np.sqrt(mx * mx + my * my + mz * mz) + 0.5 * (np.sqrt(g1x * g1x + g1y * g1y + g1z * g1z)
-                                                              + np.sqrt(g2x * g2x + g2y * g2y + g2z * g2z))
-            if lo - cons * mot > reach * 1.01 + 1e-6:
+            sb = eB[kb]
+            # Cheap reject: the edges' bounding spheres and motions
+            # (|s| - r_a - r_b - cons (|m| + dev_a + dev_b) > slack reach,
+            # squared: one root).
+            sx = sa[0] - sb[0]
+            sy = sa[1] - sb[1]
+            sz = sa[2] - sb[2]
+            mx = sa[4] - sb[4]
+            my = sa[5] - sb[5]
+            mz = sa[6] - sb[6]
+            lim = slack + sa[3] + sb[3] + cons * (np.sqrt(mx * mx + my * my + mz * mz) + sa[7] + sb[7])
+            if sx * sx + sy * sy + sz * sz > lim * lim:
                 continue
             s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
                                      pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
@@ -831,7 +860,7 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     box = np.empty((nt, 6), np.float32)
     rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
-    sph = np.empty((nt, 8), np.float64)
+    sph = np.empty((nt, 8), np.float32)
     _tri_spheres(pos, rel, triangles, sph)
     counts, items, cmin, cmax, dims = _grid_build(box, 4)
     lo0 = np.inf
@@ -925,7 +954,7 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     box = np.empty((nt, 6), np.float32)
     rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
-    sph = np.empty((nt, 8), np.float64)
+    sph = np.empty((nt, 8), np.float32)
     _tri_spheres(pos, rel, triangles, sph)
     bvh_refit(order, box, node_box, nt)
     size = node_box.shape[0]
@@ -1587,7 +1616,7 @@ def _patch_boxes(p, pstart, ptris, pos, rel, triangles, tri_region, region_pad, 
 def patch_work(n, nt, npatch):
     """Scratch for detect_patches, allocated once per cloth (fresh large
     arrays every step cost page faults)."""
-    return (np.empty((nt, 6), np.float32), np.empty((nt, 8), np.float64), np.empty((nt, 16), np.float64),
+    return (np.empty((nt, 6), np.float32), np.empty((nt, 8), np.float32), np.empty((nt, 16), np.float32),
             np.empty((nt, 3), np.float32), np.empty((npatch, 6), np.float32), np.empty((npatch, 4), np.float32),
             np.empty(npatch, np.float32), np.empty((npatch, 4), np.float32), np.empty(npatch, np.float32),
             np.zeros(npatch + 2 * nt, np.uint8), np.empty(npatch, np.int64), np.empty(npatch + 1, np.int64),
