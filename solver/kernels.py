@@ -1120,6 +1120,26 @@ def _from_aos4_flags(p4, x, y, z, hit, ubox, sel):
         sel[i] = 1 if (hit[i] != 0) | (not outside) else 0
 
 
+@njit(pipeline_class=NoAliasCompiler, **JIT)
+def _row_flags(x, y, z, hit, ubox, sel):
+    """sel[i] as in _from_aos4_flags, from the position rows."""
+    n = np.uint64(x.shape[0])
+    for i in range(n):
+        px = x[i]
+        py = y[i]
+        pz = z[i]
+        outside = (px < ubox[0]) | (px > ubox[3]) | (py < ubox[1]) | (py > ubox[4]) | (pz < ubox[2]) | (pz > ubox[5])
+        sel[i] = 1 if (hit[i] != 0) | (not outside) else 0
+
+
+@njit(**JIT)
+def collect_rows(pos, hit, ubox, cand, sel):
+    """from_aos4_collect's list from pos (3, n) itself, for a step whose self
+    contacts move vertices after the records are read back."""
+    _row_flags(pos[0], pos[1], pos[2], hit, ubox, sel)
+    return compact_flags(sel, cand)
+
+
 @njit(**JIT)
 def from_aos4_collect(p4, pos, hit, ubox, cand, sel):
     """from_aos4, and the list of vertices project_colliders must visit when
@@ -1543,11 +1563,13 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if fast_tethers:
             solve_tethers_fast4(p4, tv, ta, tl, tc, cfg[C_TETHER_SCALE])
         # Only capsules and nothing moving vertices after the records are
-        # read back: the projection visits the vertices near the capsules.
+        # read back but the self contacts: the projection visits the
+        # vertices near the capsules (listed after the self contacts moved
+        # theirs, when there are any).
         listed = (has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
-                  and (fast_tethers or cfg[C_USE_TETHERS] == F0) and self_contacts is None)
+                  and (fast_tethers or cfg[C_USE_TETHERS] == F0))
         count = -1
-        if listed:
+        if listed and self_contacts is None:
             count = from_aos4_collect(p4, pos, hit,
                                       swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX])),
                                       cand, sel)
@@ -1559,6 +1581,9 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
         if self_contacts is not None:
             SCK.solve_serial(pos, prev, *self_contacts)
+            if listed:
+                count = collect_rows(pos, hit, swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX])),
+                                     cand, sel)
         if has_contacts:
             ccount = project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand,
                                        count, cfg[C_COFF_MAX], clist, ccount)
