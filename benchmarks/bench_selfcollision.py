@@ -9,7 +9,9 @@ Cases (1 numba thread, 60 Hz steps, medians over the measured steps):
 - layered_sheets (two sheets pinned along a swinging capsule, layer order
   set) with contacts cached once, against no self collision (target ratio
   <= 1.3).
-The machine may be shared: figures are noisy, compare ratios taken in one run.
+The machine may be shared: figures are noisy. The two ratio rows step the scene
+with and without self collision in lockstep (run_paired), so both see the same
+moments of the machine.
 Step totals are thread CPU time (ms_per_step_median), detect_ms / solve_ms
 SelfCollision's wall timers.
 """
@@ -37,22 +39,32 @@ def run_steps(model, state, inputs_at, params, warm, steps, sc=None):
     the compiled step (SelfCollision.solve_args) and is not timed apart, so
     solve is reported as the step's cost beyond the same step without self
     collision, less detection (see main)."""
-    total, detect, solve = [], [], []
+    return run_paired([(model, state, inputs_at, params, sc)], warm, steps)[0]
+
+
+def run_paired(runs, warm, steps):
+    """run_steps for several (model, state, inputs_at, params, sc) in
+    lockstep: step i of each, then step i + 1 of each. A ratio of two runs
+    then compares steps taken a few milliseconds apart, not minutes apart:
+    this VM's speed drifts by half within minutes."""
+    out = [([], [], []) for _ in runs]
     for i in range(warm + steps):
-        inputs = inputs_at(i)
-        t = time.thread_time()
-        step(model, state, inputs, DT, params)
-        dt = time.thread_time() - t
-        if i >= warm:
-            total.append(dt * 1e3)
-            if sc is not None:
-                detect.append(sc.detect_ms)
-                solve.append(sc.solve_ms)
+        for (model, state, inputs_at, params, sc), (total, detect, solve) in zip(runs, out):
+            inputs = inputs_at(i)
+            t = time.thread_time()
+            step(model, state, inputs, DT, params)
+            dt = time.thread_time() - t
+            if i >= warm:
+                total.append(dt * 1e3)
+                if sc is not None:
+                    detect.append(sc.detect_ms)
+                    solve.append(sc.solve_ms)
     med = lambda a: float(np.median(a)) if a else 0.0  # noqa: E731
-    return med(total), med(detect), med(solve), (min(detect) if detect else 0.0)
+    return [(med(total), med(detect), med(solve), (min(detect) if detect else 0.0)) for total, detect, solve in out]
 
 
-def hanging(n, substeps, broad_phase=None, warm=60, steps=240, thickness=0.005):
+def hanging_run(n, substeps, broad_phase=None, thickness=0.005):
+    """(model, state, inputs_at, params, sc) of the hanging sheet with the swinging capsule."""
     rest, fi, fs, pin = hanging_sheet(n, n)
     params = ClothParams(substeps=substeps, threads=1)
     model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
@@ -66,7 +78,12 @@ def hanging(n, substeps, broad_phase=None, warm=60, steps=240, thickness=0.005):
     def inputs_at(i):
         return StepInputs(pin_targets=targets, capsules=swinging_capsule(i * DT, (i + 1) * DT))
 
-    return model, run_steps(model, state, inputs_at, params, warm, steps, sc), sc
+    return model, state, inputs_at, params, sc
+
+
+def hanging(n, substeps, broad_phase=None, warm=60, steps=240, thickness=0.005):
+    run = hanging_run(n, substeps, broad_phase, thickness)
+    return run[0], run_steps(*run[:4], warm, steps, run[4]), run[4]
 
 
 def layered_scene(n=24, size=0.6, gap=0.008):
@@ -96,7 +113,7 @@ def layered_scene(n=24, size=0.6, gap=0.008):
     return merged, pin, inputs
 
 
-def layered(cached, warm=30, steps=120, substeps=10):
+def layered_run(cached, substeps=10):
     merged, pin, inputs = layered_scene()
     params = ClothParams(substeps=substeps, threads=1)
     model = build_model(merged.positions, merged.face_indices, merged.face_sizes,
@@ -113,7 +130,7 @@ def layered(cached, warm=30, steps=120, substeps=10):
     def inputs_at(i):
         return inputs(i * DT, (i + 1) * DT)
 
-    return model, run_steps(model, state, inputs_at, params, warm, steps, sc if cached else None), sc
+    return model, state, inputs_at, params, (sc if cached else None)
 
 
 def main():
@@ -133,19 +150,22 @@ def main():
              solve_ms=round(max(total - base32[0] - det, 0.0), 4),
              contacts_last=sc.count, reference_detect_ms=2.166, target_detect_ms=0.15)
 
-    model, (off, _, _, _), _ = hanging(100, 2, None)
-    model, (on, det, sol, det_min), sc = hanging(100, 2, "patch")
-    emit(scene="hanging_sheet_100_capsule", vertices=model.n, substeps=2, threads=1, broad_phase="patch",
+    # The ratios: the step with self collision and the same scene without
+    # it, stepped in lockstep (run_paired).
+    off_run = hanging_run(100, 2, None)
+    on_run = hanging_run(100, 2, "patch")
+    (off, _, _, _), (on, det, sol, det_min) = run_paired([off_run, on_run], 60, 240)
+    emit(scene="hanging_sheet_100_capsule", vertices=on_run[0].n, substeps=2, threads=1, broad_phase="patch",
          ms_per_step_median=round(on, 4), ms_per_step_without_self_collision=round(off, 4),
          ratio=round(on / off, 3), detect_ms=round(det, 4), solve_ms=round(max(on - off - det, 0.0), 4),
          target_ratio=3.0)
 
-    model, (cached, _, sol, _), sc = layered(True)
-    model, (off, _, _, _), _ = layered(False)
-    emit(scene="layered_sheets_capsule_cached", vertices=model.n, substeps=10, threads=1,
+    cached_run = layered_run(True)
+    (off, _, _, _), (cached, _, sol, _) = run_paired([layered_run(False), cached_run], 30, 120)
+    emit(scene="layered_sheets_capsule_cached", vertices=cached_run[0].n, substeps=10, threads=1,
          ms_per_step_median=round(cached, 4), ms_per_step_without_self_collision=round(off, 4),
          ratio=round(cached / off, 3), detect_ms=0.0, solve_ms=round(max(cached - off, 0.0), 4),
-         cached_contacts=sc.count,
+         cached_contacts=cached_run[4].count,
          target_ratio=1.3)
     return 0
 
