@@ -664,14 +664,16 @@ def main(argv=None):
     overskirt = add_skirt(rig, "Overskirt", around=64, down=14, length=0.34, r_top=0.205, r_bot=0.42,
                           color=(0.75, 0.55, 0.2))
     # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
-    # With it the pair either stays apart or tangles, and rounding decides
-    # which (one ulp, or --nudge-gravity 1e-6): judge a change by the
-    # crossings summed over the walk (benchmarks/demo_crossings.py) over a
-    # few nudged runs; DEVELOPERS.md, "Rounding and the demo's skirts".
-    # Without the order (--no-layer-order) the legs squeeze both layers onto
-    # the same capsules and the pair falls apart.
+    # The pair is chaotic in rounding (one ulp, or --nudge-gravity 1e-6,
+    # changes the run): judge a change by the crossings summed over the walk
+    # (benchmarks/demo_crossings.py) over a few nudged runs; DEVELOPERS.md,
+    # "Rounding and the demo's skirts". Without the order (--no-layer-order)
+    # the legs squeeze both layers onto the same capsules and the pair falls
+    # apart. 10 substeps: the legs crease the skirt tighter than two rings of
+    # its 25 mm faces, where self contacts stop (crossings within the skirt
+    # over the walk: ~250 at 6 substeps, ~30 at 10).
     for obj in (skirt, overskirt):
-        make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=6)
+        make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=10)
     if not args.no_layer_order:
         skirt.drape.layer = 0
         overskirt.drape.layer = 1
