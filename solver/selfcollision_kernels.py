@@ -848,7 +848,13 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
                     side = (nx * bnx + ny * bny + nz * bnz) * sgn
                     if (fnx * bnx + fny * bny + fnz * bnz > 0.0 and side < 0.0
                             and side * d0 > -LAYER_DEPTH * thick):
-                        nx, ny, nz = -nx, -ny, -nz
+                        # B's normal, not the closest points' direction
+                        # reversed: edges apart mostly along the layers
+                        # (side near 0) had a gap of -d0 along the reversed
+                        # one, and were pulled across the whole distance (a
+                        # contact predicted 17 cm away moved its edge 9 cm
+                        # in one substep on the demo's skirts).
+                        nx, ny, nz = sgn * bnx, sgn * bny, sgn * bnz
                 # Stored in A's frame, so a cached contact turns with the cloth.
                 cu = nx * ux_ + ny * uy_ + nz * uz_
                 cv = nx * vx_ + ny * vy_ + nz * vz_

@@ -447,3 +447,28 @@ def test_vertex_that_went_around_a_triangle_is_not_pulled_through_it():
     assert s == k.SLOT_ON and abs(move[2] - 0.054) < 1e-5 and abs(move[0]) < 1e-6
     # Shallow beside the triangle is not stale: it may slide under and be pushed.
     assert _vt_pass([-0.2, 0.3, -0.006], np.zeros(1, np.uint8))[0] == k.SLOT_OFF
+
+
+def test_layered_edge_contact_predicted_from_beside_pulls_only_across_the_layer():
+    # Two layered quads side by side (the outer one, layer 1, 3 cm beyond the
+    # inner one's edge and 1 mm below its plane), the outer one sliding
+    # towards the inner one at 2 m/s: edge-edge contacts between the facing
+    # edges are predicted. The layer order puts the outer edge on the inner
+    # layer's normal side, a millimetre away: the contact's normal must be
+    # the inner layer's normal (a pull of a few mm across the layers, none
+    # while the edges are 3 cm apart along them), not the closest points'
+    # direction reversed (a pull of 3 cm along the layers, 9 cm in the
+    # demo's skirts).
+    inner, fi, fs = sheet(1, 1, 0.1)
+    outer = inner + [0.13, 0.0, -0.001]
+    m = merge_meshes([(inner, fi, fs), (outer, fi, fs)])
+    sc = SelfCollision.from_mesh(m.positions, m.face_indices, m.face_sizes, m.region, thickness=0.005,
+                                 layers=[0, 1])
+    x = soa(m.positions)
+    v = np.zeros_like(x)
+    v[0, 4:] = -2.0
+    assert sc.detect(x, v, 1 / 60, G) > 0
+    assert np.any(sc.contact_kind == KIND_EDGE_EDGE)
+    y = x.copy()
+    sc.solve(y, x.copy())
+    assert np.abs(y - x).max() < 1e-3
