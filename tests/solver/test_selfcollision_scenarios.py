@@ -9,6 +9,8 @@ that contacts were really made. Two scenes are marked xfail with the
 measured reason: they do not reach 0 yet.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -127,13 +129,11 @@ def test_layered_sheets_over_a_violently_swung_capsule_keep_their_order():
     assert worst == 0
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(reason="a 64x64 sheet hitting a wall at 1.5 m/s is crushed in-plane by the core (rest "
-                          "spacing 15.6 mm squeezed to ~3 mm on the ground) faster than frozen contacts "
-                          "can hold it: self collision halves the intersections but does not reach 0 "
-                          "(worst 568 crossing pairs; 574 without the stretch limits)",
-                   strict=True)
-def test_sheet_dropped_flat_piles_up_without_intersections():
+@functools.lru_cache(maxsize=1)
+def _dropped_pile():
+    """A 64x64 sheet dropped flat from 0.5 m and pushed sideways at 1.5 m/s
+    into a wall while it falls: (worst frame's crossing pairs, most
+    contacts, highest point at the end). Shared by the two tests below."""
     rest, fi, fs = sheet(64, 1.0, 0.5, -0.5, -0.5)
     params = ClothParams(substeps=8, friction_static=0.5, friction_kinetic=0.4)
     model = build(rest, fi, fs, params)
@@ -143,5 +143,27 @@ def test_sheet_dropped_flat_piles_up_without_intersections():
     state = model.new_state(p0)
     state.velocities[0, :] = 1.5   # pushed sideways into the wall while it falls
     worst, most, state = simulate(model, params, lambda f: StepInputs(planes=planes), 60, state)
-    assert state.positions_aos()[:, 2].max() > 0.04, "it did not pile up"
+    return worst, most, float(state.positions_aos()[:, 2].max())
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="a 64x64 sheet hitting a wall at 1.5 m/s is crushed in-plane by the core (rest "
+                          "spacing 15.6 mm squeezed to ~3 mm on the ground) faster than frozen contacts "
+                          "can hold it: self collision halves the intersections but does not reach 0 "
+                          "(worst 491 crossing pairs)",
+                   strict=True)
+def test_sheet_dropped_flat_piles_up_without_intersections():
+    worst, most, top = _dropped_pile()
+    assert top > 0.04, "it did not pile up"
     assert worst == 0
+
+
+@pytest.mark.slow
+def test_dropped_pile_does_not_tangle():
+    # The expected failure above hid a regression for a session: at EE_REACH
+    # 2 the pile's worst frame went from 557 to 16,896 crossing pairs (3.6
+    # million contacts in a step). This keeps it in the few hundreds it has
+    # had since the frozen contacts were written (491-568).
+    worst, most, top = _dropped_pile()
+    assert top > 0.04, "it did not pile up"
+    assert worst < 1500
