@@ -404,14 +404,40 @@ def _edge_pair_pass(shift_x):
 def test_edge_contact_whose_edges_slid_apart_sideways_is_stale():
     # Edge 0-1 is 1 mm on the wrong side of edge 2-3 along the frozen
     # normal both times. Crossing (closest points 1 mm apart): the contact
-    # pushes edge 0-1 up, to its side. Slid 15 mm apart across the normal
-    # (the demo skirts' waist edges): the frozen normal no longer separates
-    # anything and the contact must not act (it had thrown a vertex 0.3 m
-    # in one substep).
+    # pushes edge 0-1 up, to its side. Slid apart across the normal by more
+    # than EE_REACH thicknesses (4 x 4 mm): the frozen normal no longer
+    # separates anything and the contact must not act.
+    from drape.solver import selfcollision_kernels as k
     active, move = _edge_pair_pass(-0.5)
     assert active == 1 and move[2] > 0
-    active, move = _edge_pair_pass(0.015)   # past edge 2-3's end: 15 mm apart in x
+    reach = k.EE_REACH * 0.004
+    active, move = _edge_pair_pass(1.1 * reach)   # past edge 2-3's end, 10 % beyond the reach in x
     assert active == 0 and not np.any(move)
+    active, move = _edge_pair_pass(0.9 * reach)   # within it: still acts
+    assert active == 1 and move[2] > 0
+
+
+def test_contact_near_a_pinned_end_moves_no_vertex_farther_than_its_gap():
+    # Edge 0-1 hangs from vertex 0, pinned (inverse mass 0); edge 2-3 (fixed)
+    # crosses it 2 % of the way down, 3 mm on the wrong side of its frozen
+    # normal. The free end 1 alone can move; without a cap the contact moves
+    # it |C| / 0.02 = 0.35 m (the demo skirt's waist edges threw a hem vertex
+    # 0.12 m in one substep). With the cap it moves at most the gap, 7 mm.
+    from drape.solver import selfcollision_kernels as k
+    pos = np.array([[0.0, 0.0, 0.0], [0.0, -1.0, 0.0], [-1.0, -0.02, 0.003], [1.0, -0.02, 0.003]],
+                   np.float32).T.copy()
+    args = (np.array([0.0, 1.0, 0.0, 0.0], np.float32), np.array([[0, 1, 2, 3]], np.int32),
+            np.array([KIND_EDGE_EDGE], np.int8), np.array([[0.0, 0.0, 1.0]], np.float32),
+            np.array([0], np.int32), np.array([[4, 5, 6]], np.int32), np.array([0.004], np.float32),
+            np.zeros(1, np.float32))
+    pos = np.concatenate([pos, np.array([[0.0, 0.0, -1.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], np.float32).T], axis=1)
+    delta = np.zeros((1, 4, 3), np.float32)
+    active = np.zeros(1, np.uint8)
+    k._pass1_serial(pos, pos.copy(), *args, delta, active)
+    assert active[0] == k.SLOT_ON
+    gap = 0.003 + 0.004
+    assert not np.any(delta[0, 0])                      # the pinned end stays
+    assert 0.5 * gap < delta[0, 1, 2] <= gap * 1.0001   # the free end: up, at most the gap
 
 
 def _vt_pass(vertex, state):
