@@ -1103,6 +1103,14 @@ def from_aos4(p4, pos):
         pos[2, i] = p4[4 * i + 2]
 
 
+@njit(inline="always", **JIT)
+def _listed_flag(px, py, pz, h, ubox):
+    """1 for a vertex inside box ubox (a tuple) or with a swept entry
+    (h = hit[i] != 0), else 0: branch-free, for the vectorised passes."""
+    outside = (px < ubox[0]) | (px > ubox[3]) | (py < ubox[1]) | (py > ubox[4]) | (pz < ubox[2]) | (pz > ubox[5])
+    return 1 if (h != 0) | (not outside) else 0
+
+
 @njit(pipeline_class=NoAliasCompiler, **JIT)
 def _from_aos4_flags(p4, x, y, z, hit, ubox, sel):
     """from_aos4 into rows, and sel[i] = 1 where vertex i is inside box ubox
@@ -1116,8 +1124,7 @@ def _from_aos4_flags(p4, x, y, z, hit, ubox, sel):
         x[i] = px
         y[i] = py
         z[i] = pz
-        outside = (px < ubox[0]) | (px > ubox[3]) | (py < ubox[1]) | (py > ubox[4]) | (pz < ubox[2]) | (pz > ubox[5])
-        sel[i] = 1 if (hit[i] != 0) | (not outside) else 0
+        sel[i] = _listed_flag(px, py, pz, hit[i], ubox)
 
 
 @njit(pipeline_class=NoAliasCompiler, **JIT)
@@ -1125,11 +1132,7 @@ def _row_flags(x, y, z, hit, ubox, sel):
     """sel[i] as in _from_aos4_flags, from the position rows."""
     n = np.uint64(x.shape[0])
     for i in range(n):
-        px = x[i]
-        py = y[i]
-        pz = z[i]
-        outside = (px < ubox[0]) | (px > ubox[3]) | (py < ubox[1]) | (py > ubox[4]) | (pz < ubox[2]) | (pz > ubox[5])
-        sel[i] = 1 if (hit[i] != 0) | (not outside) else 0
+        sel[i] = _listed_flag(x[i], y[i], z[i], hit[i], ubox)
 
 
 @njit(**JIT)
