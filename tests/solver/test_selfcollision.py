@@ -137,6 +137,9 @@ def test_jacobi_solve_identical_for_1_and_2_threads():
     try:
         for threads in (1, 2):
             numba.set_num_threads(threads)
+            # Each run from a fresh detection: the contacts' state (SLOT_STALE)
+            # carries from solve to solve, as from substep to substep.
+            sc.detect(x, np.zeros_like(x), 1 / 60, G)
             y = x.copy()
             for _ in range(5):
                 sc.solve(y, prev)
@@ -147,6 +150,7 @@ def test_jacobi_solve_identical_for_1_and_2_threads():
     assert np.array_equal(out[0], out[1])
     # The serial solve (scatter in contact order) sums the same way.
     sc.parallel = False
+    sc.detect(x, np.zeros_like(x), 1 / 60, G)
     y = x.copy()
     for _ in range(5):
         sc.solve(y, prev)
