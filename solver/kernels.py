@@ -1572,10 +1572,11 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         listed = (has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
                   and (fast_tethers or cfg[C_USE_TETHERS] == F0))
         count = -1
+        if listed:
+            # The capsules' union box at substep end, for either list.
+            ubox1 = swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX]))
         if listed and self_contacts is None:
-            count = from_aos4_collect(p4, pos, hit,
-                                      swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX])),
-                                      cand, sel)
+            count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
         else:
             from_aos4(p4, pos)
         if cfg[C_USE_TETHERS] != F0 and not fast_tethers:
@@ -1585,8 +1586,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         if self_contacts is not None:
             SCK.solve_serial(pos, prev, *self_contacts)
             if listed:
-                count = collect_rows(pos, hit, swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX])),
-                                     cand, sel)
+                count = collect_rows(pos, hit, ubox1, cand, sel)
         if has_contacts:
             ccount = project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand,
                                        count, cfg[C_COFF_MAX], clist, ccount)
