@@ -71,7 +71,10 @@ _JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
 # increment and decrement per array argument, a quarter of the detection
 # time on the demo's layered skirts (perf: `lock incq`/`lock decq`).
 # _narrow_pair is a plain call for the same reason (inlined, its twenty
-# array arguments were counted on every triangle pair).
+# array arguments were counted on every triangle pair). The small per-pair
+# and per-triangle helpers (_tri_box, _tri_sphere, _spheres_apart, ...) are
+# inlined as well: a call passes each array as its whole struct, and
+# inlining them made detection ~10% faster on the 32x32 and 100x100 sheets.
 _HELPER = dict(_JIT, _nrt=False)
 _F32_TINY = np.float32(1e-30)
 _F32_ONE = np.float32(1.0)
@@ -249,12 +252,14 @@ def _put_box(box, row, pad, lo0, lo1, lo2, hi0, hi1, hi2):
     box[row, 5] = hi2 + pad
 
 
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _tri_box(pos, rel, triangles, t, pad, cons, box):
     """Fat swept box of triangle t into box[t]: its corners at step start and
-    at start + cons * rel, grown by pad."""
-    lo0 = lo1 = lo2 = np.inf
-    hi0 = hi1 = hi2 = -np.inf
+    at start + cons * rel, grown by pad. float32 bounds: np.inf made the
+    whole box float64 (a conversion per corner coordinate; 8% of detection
+    on the 32x32 sheet), and the float32 result is the same."""
+    lo0 = lo1 = lo2 = _F32_INF
+    hi0 = hi1 = hi2 = -_F32_INF
     for k in range(3):
         v = triangles[t, k]
         lo0, lo1, lo2, hi0, hi1, hi2 = _grow_swept(pos[0, v], pos[1, v], pos[2, v], rel[0, v], rel[1, v],
@@ -333,7 +338,7 @@ def _grid_build(box, max_cells_factor):
     return counts, items, cmin, cmax, dims
 
 
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _tri_sphere(pos, rel, triangles, t, sph):
     """Triangle t's bounding sphere at step start (centroid, radius) and its
     motion (mean relative displacement of the corners, largest deviation of a
@@ -379,7 +384,7 @@ def _tri_spheres(pos, rel, triangles, sph):
         _tri_sphere(pos, rel, triangles, t, sph)
 
 
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _spheres_apart(sph, a, b, max_cons, max_reach):
     """(apart, lim). apart: no feature of triangle a can come within
     max_reach of one of b during the step: the gap between their bounding
@@ -402,7 +407,7 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
             np.float32((max_reach + max_cons * motion) * 1.01 + 1e-6))
 
 
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _tri_points(pos, triangles, t):
     """Corners of triangle t as 9 scalars."""
     i0 = triangles[t, 0]
@@ -412,7 +417,7 @@ def _tri_points(pos, triangles, t):
             pos[0, i2], pos[1, i2], pos[2, i2])
 
 
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _plane_row(pl, t):
     """Row t of the plane table as a 16-tuple."""
     return (pl[t, 0], pl[t, 1], pl[t, 2], pl[t, 3], pl[t, 4], pl[t, 5], pl[t, 6], pl[t, 7],
@@ -1811,6 +1816,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 2] = rmz
         pmot[p, 3] = np.sqrt(dev)
     order = np.argsort(pbox[:, 0])
+    hits = np.empty_like(ptris)
     # Per patch p: the patches q it must be tested against (segments of
     # seg_tri: q's triangles inside p's box), then each triangle of p stamps
     # its two rings once and meets every listed triangle.
@@ -1906,18 +1912,25 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         continue
                     lo = seg_start[k]
                     hi = seg_start[k + 1]
-                for iq in range(lo, hi):
+                # The box tests first, without a branch: the triangles whose
+                # boxes meet a's, in order, into hits (about half the tests
+                # pass, and a branch on each mispredicted), with unsigned
+                # indices (numba adds a negative-index fix-up to every
+                # signed one). Detection on the 32x32 sheet ~7% faster.
+                nhit = np.uint64(0)
+                for iq in range(np.uint64(lo), np.uint64(hi)):
                     # Indexing one array or the other, not a variable bound
                     # to either: rebinding an array variable costs two
                     # atomic reference count updates (they were 16% of the
                     # detection time on the 32x32 sheet).
-                    jb = fpair[iq] if k < 0 else seg_tri[iq]
+                    jb = np.uint64(fpair[iq]) if k < 0 else np.uint64(seg_tri[iq])
                     b = ptris[jb]
-                    # One branch per test, not six: about half the tests
-                    # pass, and short-circuit tests mispredicted.
-                    if ((a0 > box[b, 3]) | (box[b, 0] > a3) | (a1 > box[b, 4])
-                            | (box[b, 1] > a4) | (a2 > box[b, 5]) | (box[b, 2] > a5)):
-                        continue
+                    hits[nhit] = b
+                    ub = np.uint64(b)
+                    nhit += np.uint64(not ((a0 > box[ub, 3]) | (box[ub, 0] > a3) | (a1 > box[ub, 4])
+                                           | (box[ub, 1] > a4) | (a2 > box[ub, 5]) | (box[ub, 2] > a5)))
+                for ih in range(nhit):
+                    b = hits[ih]
                     overlaps += 1
                     # Two rings first: most overlapping pairs end here.
                     if not stamped:
