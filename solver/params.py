@@ -8,6 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels as _kernels
+
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
 
 class SolverError(ValueError):
     """Input the solver cannot use, or a step that produced NaN/Inf.
@@ -146,7 +152,25 @@ class Capsules:
 
     def packed(self):
         """(k, 14) float32: a0, b0, a1, b1, radius_a, radius_b."""
-        # Called every step: few numpy calls (the values are converted by the
+        # Called every step. Float arrays of the right shapes, one dtype:
+        # one compiled pass (kernels.pack_capsules); anything else goes the
+        # general way below.
+        a0, b0, a1, b1, ra, rb = self.a0, self.b0, self.a1, self.b1, self.radius_a, self.radius_b
+        if (type(a0) is np.ndarray and type(b0) is np.ndarray and type(a1) is np.ndarray
+                and type(b1) is np.ndarray and type(ra) is np.ndarray and type(rb) is np.ndarray):
+            dt = a0.dtype
+            k = a0.shape[0] if a0.ndim == 2 else -1
+            if ((dt == _F64 or dt == _F32) and b0.dtype == dt and a1.dtype == dt and b1.dtype == dt
+                    and ra.dtype == dt and rb.dtype == dt and a0.shape == b0.shape == a1.shape == b1.shape
+                    == (k, 3) and ra.shape == rb.shape == (k,)):
+                out = np.empty((k, 14), dtype=np.float32)
+                bad = _kernels.pack_capsules(a0, b0, a1, b1, ra, rb, out)
+                if bad & 1:
+                    raise SolverError("Capsules contain NaN or Inf")
+                if bad & 2:
+                    raise SolverError("Capsules radius_a/radius_b must be >= 0")
+                return out
+        # The general way: few numpy calls (the values are converted by the
         # assignments, checked by one float64 sum: NaN/Inf propagate, and
         # float32 values cannot overflow it).
         try:

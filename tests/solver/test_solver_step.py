@@ -266,7 +266,23 @@ def test_unusable_input_raises_clear_errors_and_changes_nothing():
     with pytest.raises(SolverError, match="Capsules.b0 must have shape"):
         step(model, state, StepInputs(capsules=Capsules(np.zeros((2, 3)), np.zeros((1, 3)), np.zeros((2, 3)),
                                                         np.zeros((2, 3)), np.ones(2), np.ones(2))))
+    # The per-step inputs' compiled checks (float64 and float32 arrays).
+    z = np.zeros((1, 3))
+    with pytest.raises(SolverError, match="Capsules contain NaN or Inf"):
+        step(model, state, StepInputs(capsules=Capsules(z, z, np.full((1, 3), np.nan), z, np.ones(1), np.ones(1))))
+    with pytest.raises(SolverError, match="Capsules contain NaN or Inf"):
+        step(model, state, StepInputs(capsules=Capsules(z, z, z, np.full((1, 3), 1e39), np.ones(1), np.ones(1))))
+    with pytest.raises(SolverError, match="radius_a/radius_b must be >= 0"):
+        z32 = z.astype(np.float32)
+        step(model, state, StepInputs(capsules=Capsules(z32, z32, z32, z32, np.ones(1, np.float32),
+                                                        -np.ones(1, np.float32))))
+    for bad, dtype in ((np.inf, np.float64), (1e39, np.float64), (np.nan, np.float32)):
+        targets = rest.astype(dtype)
+        targets[3, 2] = bad
+        with pytest.raises(SolverError, match="pin_targets contains NaN or Inf"):
+            step(model, state, StepInputs(pin_targets=targets))
     assert np.array_equal(state.positions, before)
+    assert np.array_equal(state.pin_targets, model.new_state().pin_targets)
 
 
 def test_non_finite_state_raises_solver_error():
