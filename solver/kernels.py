@@ -744,11 +744,13 @@ def generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask
 
 
 @njit(**JIT)
-def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
+def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c, de):
     """Where the path of a vertex from (x0, y0, z0) at substep start to its
     predicted (x1, y1, z1) enters one capsule (see generate_contacts).
     e0, e1: the capsule's end points (ax, ay, az, bx, by, bz) at substep
-    start and end; c = capsule_row_off(pre, j, off) at substep end.
+    start and end; c = capsule_row_off(pre, j, off) at substep end; de: the
+    distance from (x1, y1, z1) to it (capsule_distance_pre; the caller's
+    cull has it already).
     Returns (found, u along the path, entry point, entry normal, axis fraction)."""
     ax0, ay0, az0 = e0[0], e0[1], e0[2]
     dx0, dy0, dz0 = e0[3] - ax0, e0[4] - ay0, e0[5] - az0
@@ -773,7 +775,6 @@ def swept_capsule_entry(x0, y0, z0, x1, y1, z1, e0, e1, c):
     if d > TRACE_EPS:
         # 1-Lipschitz distance: the segment cannot reach the surface
         # if both ends are further from it than its length allows.
-        de, _, _, _, _ = capsule_distance_pre(x1, y1, z1, c)
         if d + de > seg:
             return found, u, hx, hy, hz, nx, ny, nz, s
     if d < F0:
@@ -847,7 +848,7 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
             e0 = (cap0[j, 0], cap0[j, 1], cap0[j, 2], cap0[j, 3], cap0[j, 4], cap0[j, 5])
             e1 = (cap1[j, 0], cap1[j, 1], cap1[j, 2], cap1[j, 3], cap1[j, 4], cap1[j, 5])
             found, u, hx, hy, hz, nx, ny, nz, s = swept_capsule_entry(
-                x0, y0, z0, x1, y1, z1, e0, e1, c)
+                x0, y0, z0, x1, y1, z1, e0, e1, c, de)
             if found and u < best_u:
                 best_u = u
                 hit[i] = j + 1
