@@ -1070,10 +1070,11 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         kind = contact_kind[k]
         was_stale = slot_active[k] == SLOT_STALE
         deep = False
-        i0 = contact_vertex[k, 0]
-        i1 = contact_vertex[k, 1]
-        i2 = contact_vertex[k, 2]
-        i3 = contact_vertex[k, 3]
+        # Unsigned: numba adds a negative-index fix-up to every signed index.
+        i0 = np.uint64(contact_vertex[k, 0])
+        i1 = np.uint64(contact_vertex[k, 1])
+        i2 = np.uint64(contact_vertex[k, 2])
+        i3 = np.uint64(contact_vertex[k, 3])
         c0 = 0.0
         c1 = 0.0
         c2 = 0.0
