@@ -1818,6 +1818,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 3] = np.sqrt(dev)
     order = np.argsort(pbox[:, 0])
     hits = np.empty_like(ptris)
+    qlist = np.empty_like(order)
     # Per patch p: the patches q it must be tested against (segments of
     # seg_tri: q's triangles inside p's box), then each triangle of p stamps
     # its two rings once and meets every listed triangle.
@@ -1830,14 +1831,20 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         fill = 0
         seg_start[0] = 0
         own = False
-        for jj in range(ii, npatch):
+        # p itself, then the patches whose boxes meet p's (sorted by their
+        # low x: the sweep ends at the first one past p's high x), listed
+        # without a branch on the y and z tests (they mispredicted).
+        qlist[0] = p
+        nq = 1
+        for jj in range(ii + 1, npatch):
             q = order[jj]
-            if jj > ii:
-                if pbox[q, 0] > pbox[p, 3]:
-                    break
-                if ((pbox[q, 1] > pbox[p, 4]) | (pbox[p, 1] > pbox[q, 4]) | (pbox[q, 2] > pbox[p, 5])
-                        | (pbox[p, 2] > pbox[q, 5])):
-                    continue
+            if pbox[q, 0] > pbox[p, 3]:
+                break
+            qlist[nq] = q
+            nq += not ((pbox[q, 1] > pbox[p, 4]) | (pbox[p, 1] > pbox[q, 4]) | (pbox[q, 2] > pbox[p, 5])
+                       | (pbox[p, 2] > pbox[q, 5]))
+        for jq in range(nq):
+            q = qlist[jq]
             if p == q or _patches_adjacent(p, q, nstart, nbr):
                 # Flat union: one cone around the mean of the two axes.
                 bx = pcone[p, 0] + pcone[q, 0]
@@ -1881,12 +1888,13 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                 _patch_boxes(q, pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box,
                              box_ready)
             start = fill
+            p0, p1, p2, p3, p4, p5 = pbox[p, 0], pbox[p, 1], pbox[p, 2], pbox[p, 3], pbox[p, 4], pbox[p, 5]
             for jb in range(pstart[q], pstart[q + 1]):
-                b = ptris[jb]
-                if not ((box[b, 0] > pbox[p, 3]) | (pbox[p, 0] > box[b, 3]) | (box[b, 1] > pbox[p, 4])
-                        | (pbox[p, 1] > box[b, 4]) | (box[b, 2] > pbox[p, 5]) | (pbox[p, 2] > box[b, 5])):
-                    seg_tri[fill] = jb
-                    fill += 1
+                # Branch-free, unsigned (see the triangle pairs' box tests).
+                b = np.uint64(ptris[jb])
+                seg_tri[fill] = jb
+                fill += not ((box[b, 0] > p3) | (p0 > box[b, 3]) | (box[b, 1] > p4)
+                             | (p1 > box[b, 4]) | (box[b, 2] > p5) | (p2 > box[b, 5]))
             if fill > start:
                 seg_q[nseg] = q
                 nseg += 1
