@@ -256,8 +256,9 @@ def _put_box(box, row, pad, lo0, lo1, lo2, hi0, hi1, hi2):
 def _tri_box(pos, rel, triangles, t, pad, cons, box):
     """Fat swept box of triangle t into box[t]: its corners at step start and
     at start + cons * rel, grown by pad. float32 bounds: np.inf made the
-    whole box float64 (a conversion per corner coordinate; 8% of detection
-    on the 32x32 sheet), and the float32 result is the same."""
+    whole box float64, a conversion per corner coordinate (this helper, a
+    call then, was 8% of the 32x32 sheet's detection); the float32 result
+    is the same."""
     lo0 = lo1 = lo2 = _F32_INF
     hi0 = hi1 = hi2 = -_F32_INF
     for k in range(3):
