@@ -262,7 +262,7 @@ def _tri_box(pos, rel, triangles, t, pad, cons, box):
     lo0 = lo1 = lo2 = _F32_INF
     hi0 = hi1 = hi2 = -_F32_INF
     for k in range(3):
-        v = triangles[t, k]
+        v = np.uint64(triangles[t, k])
         lo0, lo1, lo2, hi0, hi1, hi2 = _grow_swept(pos[0, v], pos[1, v], pos[2, v], rel[0, v], rel[1, v],
                                                    rel[2, v], cons, lo0, lo1, lo2, hi0, hi1, hi2)
     _put_box(box, t, pad, lo0, lo1, lo2, hi0, hi1, hi2)
@@ -446,7 +446,7 @@ def _edge_plane(ax, ay, az, bx, by, bz, nx, ny, nz):
     return mx, my, mz, mx * ax + my * ay + mz * az
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _tri_plane(c):
     """A triangle's plane and the three planes through its edges
     perpendicular to it, outward (unit normal, offset), from its corners c
@@ -481,7 +481,7 @@ def _tri_plane(c):
             m2[0], m2[1], m2[2], m2[3])
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _separated(P, c, lim):
     """True when a plane of triangle A (P: its _tri_plane row) has all of
     triangle B (c: its corners, 9 scalars) farther than lim on its outer side
