@@ -395,17 +395,34 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     (the exactly-once rule relies on that). lim: the distance at step start
     beyond which the two can make no contact (for the plane tests). Both
     with 1% + 1 um slack for rounding."""
-    dx = sph[a, 0] - sph[b, 0]
-    dy = sph[a, 1] - sph[b, 1]
-    dz = sph[a, 2] - sph[b, 2]
-    mx = sph[a, 4] - sph[b, 4]
-    my = sph[a, 5] - sph[b, 5]
-    mz = sph[a, 6] - sph[b, 6]
-    motion = np.sqrt(mx * mx + my * my + mz * mz) + sph[a, 7] + sph[b, 7]
+    sa = _sphere_row(sph, a)
+    sb = _sphere_row(sph, b)
+    d2, motion = _sphere_gap(sa, sb)
     # |d| - r_a - r_b - cons motion > slack reach, squared (one root).
-    far = max_reach * 1.01 + 1e-6 + sph[a, 3] + sph[b, 3] + max_cons * motion
-    return (dx * dx + dy * dy + dz * dz > far * far,
-            np.float32((max_reach + max_cons * motion) * 1.01 + 1e-6))
+    far = max_reach * 1.01 + 1e-6 + sa[3] + sb[3] + max_cons * motion
+    return (d2 > far * far, np.float32((max_reach + max_cons * motion) * 1.01 + 1e-6))
+
+
+@njit(inline="always", **_HELPER)
+def _sphere_row(sph, t):
+    """Row t of the triangle spheres (_tri_sphere) as an 8-tuple."""
+    return (sph[t, 0], sph[t, 1], sph[t, 2], sph[t, 3], sph[t, 4], sph[t, 5], sph[t, 6], sph[t, 7])
+
+
+@njit(inline="always", **_JIT)
+def _sphere_gap(sa, sb):
+    """Two moving bounding spheres as 8-tuples (centre, radius, mean motion,
+    largest deviation from it: _tri_sphere, _edge_sphere): the squared
+    distance of the centres and the bound on their relative motion. The
+    triangle and edge rejects both test |d| - r_a - r_b - cons motion >
+    slack reach with them."""
+    dx = sa[0] - sb[0]
+    dy = sa[1] - sb[1]
+    dz = sa[2] - sb[2]
+    mx = sa[4] - sb[4]
+    my = sa[5] - sb[5]
+    mz = sa[6] - sb[6]
+    return dx * dx + dy * dy + dz * dz, np.sqrt(mx * mx + my * my + mz * mz) + sa[7] + sb[7]
 
 
 @njit(inline="always", **_HELPER)
@@ -805,14 +822,9 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             # Cheap reject: the edges' bounding spheres and motions
             # (|s| - r_a - r_b - cons (|m| + dev_a + dev_b) > slack reach,
             # squared: one root).
-            sx = sa[0] - sb[0]
-            sy = sa[1] - sb[1]
-            sz = sa[2] - sb[2]
-            mx = sa[4] - sb[4]
-            my = sa[5] - sb[5]
-            mz = sa[6] - sb[6]
-            lim = slack + sa[3] + sb[3] + cons * (np.sqrt(mx * mx + my * my + mz * mz) + sa[7] + sb[7])
-            if sx * sx + sy * sy + sz * sz > lim * lim:
+            d2, motion = _sphere_gap(sa, sb)
+            lim = slack + sa[3] + sb[3] + cons * motion
+            if d2 > lim * lim:
                 continue
             s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
                                      pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
