@@ -16,10 +16,10 @@ from llvmlite import ir
 from numba import njit
 from numba.core import config as numba_config
 from numba.core import types
-from numba.core.compiler import Compiler
 from numba.extending import intrinsic
 
 from . import selfcollision_kernels as SCK
+from .compiler import NoAliasCompiler
 
 # fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
 JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
@@ -40,19 +40,6 @@ class compiled_fast:
     def __exit__(self, *exc):
         numba_config.SLP_VECTORIZE = self.saved
         return False
-
-class NoAliasCompiler(Compiler):
-    """numba's compiler, declaring that no two array arguments overlap (what
-    parallel=True declares for its loop bodies when it can prove it). Without
-    it LLVM cannot vectorise a loop that writes several arrays and reads
-    others, or reads through an index array (it could read what the loop
-    wrote). Use it with @njit(pipeline_class=NoAliasCompiler) and pass only
-    disjoint arrays (distinct rows of one 2-D array are disjoint)."""
-
-    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
-        flags = flags.copy()
-        flags.noalias = True
-        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
 
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")

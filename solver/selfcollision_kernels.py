@@ -19,6 +19,8 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
+from .compiler import renamed
+
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
 KIND_EDGE_EDGE = 2
@@ -1271,7 +1273,7 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
 
 
 _pass1_serial = njit(**_JIT)(_pass1_impl)
-_pass1_parallel = njit(parallel=True, **_JIT)(_pass1_impl)
+_pass1_parallel = njit(parallel=True, **_JIT)(renamed(_pass1_impl, "_pass1_parallel_impl"))
 
 
 def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot):

@@ -1,0 +1,32 @@
+"""numba compiler pieces shared by the kernel modules (a module of its own:
+kernels imports selfcollision_kernels, and both use them)."""
+
+import types
+
+from numba.core.compiler import Compiler
+
+
+class NoAliasCompiler(Compiler):
+    """numba's compiler, declaring that no two array arguments overlap (what
+    parallel=True declares for its loop bodies when it can prove it). Without
+    it LLVM cannot vectorise a loop that writes several arrays and reads
+    others, or reads through an index array (it could read what the loop
+    wrote). Use it with @njit(pipeline_class=NoAliasCompiler) and pass only
+    disjoint arrays (distinct rows of one 2-D array are disjoint)."""
+
+    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
+        flags = flags.copy()
+        flags.noalias = True
+        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
+
+
+def renamed(fn, name):
+    """A copy of the plain function fn under another name, for a second
+    dispatcher of the same code (one serial, one parallel=True). numba's
+    cache names an entry after the function (qualified name and first line)
+    and keys it on the signature, not on the flags: two dispatchers of one
+    function shared one entry, and either could load the other's code."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = name
+    copy.__doc__ = fn.__doc__
+    return copy
