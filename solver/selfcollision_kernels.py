@@ -19,7 +19,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
-from .compiler import renamed
+from .compiler import NoAliasCompiler, renamed
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
@@ -1075,13 +1075,85 @@ def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     _gather(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot)
 
 
+# A listed contact's own tests decide; the filter skips only contacts its
+# tests would skip too, with this much room for the two compilations'
+# rounding (vectorised here, scalar there).
+_FILTER_ROOM = np.float32(1.001)
+_DEPTH2 = np.float32(CONTACT_DEPTH * CONTACT_DEPTH)
+
+
+@njit(pipeline_class=NoAliasCompiler, **_JIT)
+def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
+    """sel[k] = 0 for a vertex-triangle contact that pass 1 would leave at
+    once: its vertex clearly on its side of the triangle's plane (switched
+    off here), or a stale contact still deep behind it (left as it is);
+    else 1. cv, normal: contact_vertex and contact_normal flattened. The
+    tests of pass 1, branch-free, on 1-D rows: LLVM vectorises it (AVX-512
+    gathers). On the cached layered bench 60% of the contacts end at the
+    first test and a quarter are stale; pass 1 took that three-way split
+    one contact at a time, this pass in ~4 ns per contact."""
+    nc = np.uint64(kind.shape[0])
+    for k in range(nc):
+        vt = kind[k] == KIND_VERTEX_TRIANGLE
+        # Other kinds are listed; a point-point row holds -1 in its last
+        # two slots, so its own vertices are read in their place (unused).
+        i0 = np.uint64(cv[4 * k])
+        i1 = np.uint64(cv[4 * k + 1])
+        i2 = np.uint64(cv[4 * k + 2]) if vt else i0
+        i3 = np.uint64(cv[4 * k + 3]) if vt else i1
+        x1, y1, z1 = x[i1], y[i1], z[i1]
+        e1x = x[i2] - x1
+        e1y = y[i2] - y1
+        e1z = z[i2] - z1
+        e2x = x[i3] - x1
+        e2y = y[i3] - y1
+        e2z = z[i3] - z1
+        mx_ = e1y * e2z - e1z * e2y
+        my_ = e1z * e2x - e1x * e2z
+        mz_ = e1x * e2y - e1y * e2x
+        hh = normal[3 * k] * ((x[i0] - x1) * mx_ + (y[i0] - y1) * my_ + (z[i0] - z1) * mz_)
+        tg = target[k]
+        lim = _FILTER_ROOM * (tg * tg) * (mx_ * mx_ + my_ * my_ + mz_ * mz_)
+        clear = vt & (hh > _F32_ZERO) & (hh * hh >= lim)
+        stale_deep = vt & (slot_active[k] == SLOT_STALE) & (hh < _F32_ZERO) & (hh * hh > _DEPTH2 * lim)
+        slot_active[k] = SLOT_OFF if clear else slot_active[k]
+        sel[k] = 0 if clear | stale_deep else 1
+
+
+@njit(**_HELPER)
+def _compact(sel, todo):
+    """The k with sel[k] = 1, in order, into todo; returns their count. sel:
+    length a multiple of 8, zero past the contacts, read 8 at a time (a
+    zero word costs one test)."""
+    words = sel.view(np.uint64)
+    count = 0
+    for w in range(np.uint64(words.shape[0])):
+        if words[w] == 0:
+            continue
+        base = np.uint64(8) * w
+        for b in range(np.uint64(8)):
+            todo[count] = base + b
+            count += sel[base + b]
+    return count
+
+
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                 triangles, contact_target, contact_friction, slot_delta, slot_active):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
     # as it is now (nobody writes pos during this pass). slot_active[k] also
     # carries the contact's state from the last substep (SLOT_STALE).
+    # Only the listed contacts (_plane_flags) can change their slot or
+    # correction; pass 2 reads the active ones among them.
+    # Returns (todo, count): the listed contacts.
     nc = contact_kind.shape[0]
-    for k in prange(nc):
+    sel = np.empty((nc + 7) // 8 * 8, np.uint8)
+    sel[nc:] = 0
+    _plane_flags(pos[0], pos[1], pos[2], contact_vertex.reshape(contact_vertex.size), contact_kind,
+                 contact_normal.reshape(contact_normal.size), contact_target, slot_active, sel)
+    todo = np.empty(nc, np.uint32)
+    nt = _compact(sel, todo)
+    for q in prange(nt):
+        k = todo[q]
         kind = contact_kind[k]
         was_stale = slot_active[k] == SLOT_STALE
         deep = False
@@ -1270,6 +1342,7 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         slot_delta[k, 3, 0] = w3 * c3 * gx
         slot_delta[k, 3, 1] = w3 * c3 * gy
         slot_delta[k, 3, 2] = w3 * c3 * gz
+    return todo, nt
 
 
 _pass1_serial = njit(**_JIT)(_pass1_impl)
@@ -1303,11 +1376,13 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
 
 
 @njit(**_JIT)
-def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list):
+def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list, todo, nt):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
     contacts' float32 corrections in contact order, in float64), but reading
-    only the contacts, in order, instead of every vertex's slot list."""
-    for k in range(contact_kind.shape[0]):
+    only the contacts pass 1 listed (todo[:nt], in order; no other can be
+    active), instead of every vertex's slot list."""
+    for q in range(nt):
+        k = todo[q]
         if slot_active[k] != SLOT_ON:
             continue
         m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
@@ -1339,9 +1414,9 @@ solve_parallel = njit(**_JIT)(_solve_impl)
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                        triangles, contact_target, contact_friction, slot_delta, slot_active,
                        vertex_list, acc):
-    _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                  triangles, contact_target, contact_friction, slot_delta, slot_active)
-    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list)
+    todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
+                             contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active)
+    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list, todo, nt)
 
 
 solve_serial = njit(**_JIT)(_solve_serial_impl)
