@@ -6,7 +6,12 @@ through scene.simmesh). Every step includes skinning the dense mesh.
 Also: binding time for 10k and 100k dense vertices.
 
 One JSON line per case (see DEVELOPERS.md). Reference (the ISPC seed, one
-thread, i7-13650HX, skinning on the GPU): 1.387 / 0.300 / 0.281 ms.
+thread, i7-13650HX, skinning on the GPU): 1.387 / 0.300 / 0.281 ms. Each row
+runs twice: with Drape's defaults (stretch limits on; the scene names as
+before) and, named "..., tethers only", with the reference's constraints
+(stretch, shear, bending, tethers; no stretch limits, which the reference
+solver does not have), as bench_solver's first row. `stretch_limits` in
+each line says which.
 """
 
 import os
@@ -32,14 +37,14 @@ REPEATS = 3  # whole runs; the median is over every step of every run
 AREAL_DENSITY = 0.2  # kg/m^2
 
 
-def make_params():
-    return solver.ClothParams(substeps=SUBSTEPS, iterations=1, threads=1)
+def make_params(stretch_limits=True):
+    return solver.ClothParams(substeps=SUBSTEPS, iterations=1, threads=1, stretch_limits=stretch_limits)
 
 
-def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding):
+def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_limits):
     """Median ms per step (solver step + skinning when there is a binding),
     plus the medians of each part."""
-    params = make_params()
+    params = make_params(stretch_limits)
     mass = solver.vertex_masses(rest, faces, sizes, AREAL_DENSITY)
     model = solver.build_model(rest, faces, sizes, mass, pin, params)
     coarse_targets = np.asarray(rest, np.float32)
@@ -78,7 +83,7 @@ def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding):
 FULL_RESULT = {}
 
 
-def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, **extra):
+def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, stretch_limits=True, **extra):
     binding = None
     bind_ms = None
     if rest is not dense_rest:
@@ -86,20 +91,21 @@ def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, **extra):
         t = time.perf_counter()
         binding = skinning.bind(rest, tris, dense_rest, dense_pinned=dense_pin >= 0.999)
         bind_ms = (time.perf_counter() - t) * 1e3
-    total, step_ms, skin_ms, cpu_ms, cpu_solve_ms, cpu_skin_ms, result = simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding)
+    total, step_ms, skin_ms, cpu_ms, cpu_solve_ms, cpu_skin_ms, result = simulate(
+        rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_limits)
     if binding is None:
-        FULL_RESULT["dense"] = result
+        FULL_RESULT[stretch_limits] = result
     else:
         # How far the rendered sheet ends up from the full-resolution
         # simulation after the same 4 s of capsule motion (mm). Mostly the
         # coarse cloth's own dynamics (folds it cannot make, a different
         # swing phase), not skinning error: skinning is exact at rest and
         # tested against an analytic cylinder in tests/solver.
-        gap = np.linalg.norm(result - FULL_RESULT["dense"], axis=1) * 1e3
+        gap = np.linalg.norm(result - FULL_RESULT[stretch_limits], axis=1) * 1e3
         extra.update(gap_to_full_sim_mm_mean=round(float(gap.mean()), 2),
                      gap_to_full_sim_mm_max=round(float(gap.max()), 2))
     emit(scene=scene, vertices=int(len(dense_rest)), substeps=SUBSTEPS, threads=1,
-         ms_per_step_median=round(total, 4),
+         ms_per_step_median=round(total, 4), stretch_limits=stretch_limits,
          # This thread's CPU time: leaves out waiting for a core on a busy machine.
          cpu_ms_per_step_median=round(cpu_ms, 4), simulated_vertices=int(len(rest)),
          rendered_vertices=int(len(dense_rest)), solver_ms_median=round(step_ms, 4),
@@ -134,13 +140,7 @@ def main():
     log(f"machine: {os.cpu_count()} cpus, numba threads {numba.get_num_threads()}; "
         "shared machine: medians over all steps, expect noise")
 
-    row("simulated 100x100", dense, dense_faces, dense_sizes, dense_pin, dense, dense_pin,
-        reference_ms=1.387)
-
     proxy, proxy_faces, proxy_sizes, proxy_pin = hanging_sheet(45, 45)
-    row("authored 45x45 proxy", proxy, proxy_faces, proxy_sizes, proxy_pin, dense, dense_pin,
-        reference_ms=0.300)
-
     try:
         from drape.scene import simmesh
     except ImportError as exc:  # no bpy: skip the Blender-side row
@@ -150,9 +150,16 @@ def main():
         t = time.perf_counter()
         simplified = simmesh.simplify(dense, dense_faces, dense_sizes, {"pin": dense_pin}, 2000)
         simplify_s = time.perf_counter() - t
-        c_pos, c_faces, c_sizes, c_weights = simplified
-        row("simplified to 2000", c_pos, c_faces, c_sizes, c_weights["pin"], dense, dense_pin,
-            reference_ms=0.281, simplify_s=round(simplify_s, 2))
+
+    for limits, suffix in ((True, ""), (False, ", tethers only")):
+        row("simulated 100x100" + suffix, dense, dense_faces, dense_sizes, dense_pin, dense, dense_pin,
+            stretch_limits=limits, reference_ms=1.387)
+        row("authored 45x45 proxy" + suffix, proxy, proxy_faces, proxy_sizes, proxy_pin, dense, dense_pin,
+            stretch_limits=limits, reference_ms=0.300)
+        if simplified is not None:
+            c_pos, c_faces, c_sizes, c_weights = simplified
+            row("simplified to 2000" + suffix, c_pos, c_faces, c_sizes, c_weights["pin"], dense, dense_pin,
+                stretch_limits=limits, reference_ms=0.281, simplify_s=round(simplify_s, 2))
 
     bind_rows(proxy, proxy_faces, proxy_sizes)
 
