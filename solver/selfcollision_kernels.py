@@ -946,10 +946,10 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
                             continue
                         if stamped != A:
                             for q_ in range(ring_start[A], ring_start[A + 1]):
-                                mark[ring[q_]] = A + 1
+                                mark[np.uint64(ring[q_])] = A + 1
                             stamped = A
-                        if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
-                                or mark[triangles[B, 2]] == A + 1):
+                        if (mark[np.uint64(triangles[B, 0])] == A + 1 or mark[np.uint64(triangles[B, 1])] == A + 1
+                                or mark[np.uint64(triangles[B, 2])] == A + 1):
                             continue
                         narrow += 1
                         count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
@@ -1035,10 +1035,10 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
                     continue
                 if stamped != A:
                     for q_ in range(ring_start[A], ring_start[A + 1]):
-                        mark[ring[q_]] = A + 1
+                        mark[np.uint64(ring[q_])] = A + 1
                     stamped = A
-                if (mark[triangles[B, 0]] == A + 1 or mark[triangles[B, 1]] == A + 1
-                        or mark[triangles[B, 2]] == A + 1):
+                if (mark[np.uint64(triangles[B, 0])] == A + 1 or mark[np.uint64(triangles[B, 1])] == A + 1
+                        or mark[np.uint64(triangles[B, 2])] == A + 1):
                     continue
                 narrow += 1
                 count = _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
@@ -2034,10 +2034,11 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     # Two rings first: most overlapping pairs end here.
                     if not stamped:
                         for q_ in range(ring_start[a], ring_start[a + 1]):
-                            mark[ring[q_]] = a + 1
+                            mark[np.uint64(ring[q_])] = a + 1
                         stamped = True
-                    if ((mark[triangles[b, 0]] == a + 1) | (mark[triangles[b, 1]] == a + 1)
-                            | (mark[triangles[b, 2]] == a + 1)):
+                    ub = np.uint64(b)
+                    if ((mark[np.uint64(triangles[ub, 0])] == a + 1) | (mark[np.uint64(triangles[ub, 1])] == a + 1)
+                            | (mark[np.uint64(triangles[ub, 2])] == a + 1)):
                         continue
                     A = min(a, b)
                     B = max(a, b)
