@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import emit, hanging_sheet, log, median_ms, swinging_capsule  # noqa: E402
+from common import HostProbe, emit, hanging_sheet, log, median_ms, quiet_median, swinging_capsule  # noqa: E402
 
 import numba  # noqa: E402
 
@@ -50,13 +50,18 @@ def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_li
     coarse_targets = np.asarray(rest, np.float32)
     dense_targets = np.asarray(dense_rest, np.float32)
     out = np.empty((len(dense_rest), 3), np.float32)
-    totals, steps, skins, cpu_totals, cpu_steps, cpu_skins = [], [], [], [], [], []
+    totals, steps, skins, cpu_totals, cpu_steps, cpu_skins, probes = [], [], [], [], [], [], []
+    # A probe step before each measured step tags it as run on a quiet or a
+    # contended host (common.HostProbe).
+    probe = HostProbe.shared()
     for run in range(REPEATS):
         state = model.new_state()
         t = 0.0
         for i in range(WARMUP_STEPS + STEPS):
             inputs = solver.StepInputs(pin_targets=coarse_targets,
                                        capsules=swinging_capsule(t, t + DT))
+            if i >= WARMUP_STEPS and probe is not None:
+                probes.append(probe.time_ms())
             c0 = time.thread_time()
             t0 = time.perf_counter()
             solver.step(model, state, inputs, DT, params)
@@ -76,8 +81,9 @@ def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_li
                 cpu_skins.append(c2 - c1)
     result = state.positions_aos() if binding is None else out.copy()
     assert np.all(np.isfinite(result)), "simulation blew up"
+    quiet = quiet_median(totals, probes) if probes else (None, 0)
     return (median_ms(totals), median_ms(steps), median_ms(skins), median_ms(cpu_totals),
-            median_ms(cpu_steps), median_ms(cpu_skins), result)
+            median_ms(cpu_steps), median_ms(cpu_skins), result, quiet)
 
 
 FULL_RESULT = {}
@@ -91,7 +97,7 @@ def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, stretch_limits=Tr
         t = time.perf_counter()
         binding = skinning.bind(rest, tris, dense_rest, dense_pinned=dense_pin >= 0.999)
         bind_ms = (time.perf_counter() - t) * 1e3
-    total, step_ms, skin_ms, cpu_ms, cpu_solve_ms, cpu_skin_ms, result = simulate(
+    total, step_ms, skin_ms, cpu_ms, cpu_solve_ms, cpu_skin_ms, result, quiet = simulate(
         rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_limits)
     if binding is None:
         FULL_RESULT[stretch_limits] = result
@@ -106,6 +112,8 @@ def row(scene, rest, faces, sizes, pin, dense_rest, dense_pin, stretch_limits=Tr
                      gap_to_full_sim_mm_max=round(float(gap.max()), 2))
     emit(scene=scene, vertices=int(len(dense_rest)), substeps=SUBSTEPS, threads=1,
          ms_per_step_median=round(total, 4), stretch_limits=stretch_limits,
+         # The median of the steps after a fast probe step: the uncontended cost.
+         ms_per_step_median_quiet=quiet[0], quiet_steps=quiet[1],
          # This thread's CPU time: leaves out waiting for a core on a busy machine.
          cpu_ms_per_step_median=round(cpu_ms, 4), simulated_vertices=int(len(rest)),
          rendered_vertices=int(len(dense_rest)), solver_ms_median=round(step_ms, 4),
