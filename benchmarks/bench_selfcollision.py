@@ -13,7 +13,9 @@ The machine may be shared: figures are noisy. The two ratio rows step the scene
 with and without self collision in lockstep (run_paired), so both see the same
 moments of the machine.
 Step totals are thread CPU time (ms_per_step_median), detect_ms / solve_ms
-SelfCollision's wall timers.
+SelfCollision's wall timers. The 32x32 rows also give detect_ms_quiet, the
+median over the steps taken right after a fast probe step (common.HostProbe:
+the host was quiet then); detect_ms stays the figure of record.
 """
 
 import sys
@@ -22,7 +24,7 @@ import time
 import numba
 import numpy as np
 
-from common import emit, hanging_sheet, log, swinging_capsule
+from common import HostProbe, emit, hanging_sheet, log, swinging_capsule
 
 from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
 from drape.solver.selfcollision import SelfCollision, merge_meshes
@@ -46,9 +48,15 @@ def run_paired(runs, warm, steps):
     """run_steps for several (model, state, inputs_at, params, sc) in
     lockstep: step i of each, then step i + 1 of each. A ratio of two runs
     then compares steps taken a few milliseconds apart, not minutes apart:
-    this VM's speed drifts by half within minutes."""
+    this VM's speed drifts by half within minutes. A probe step before
+    each round (common.HostProbe) tags it as quiet or contended: the fifth
+    item is (median detect ms of the quiet rounds, their count)."""
     out = [([], [], []) for _ in runs]
+    probe = HostProbe.shared()
+    quiet = []
     for i in range(warm + steps):
+        if i >= warm and probe is not None:
+            quiet.append(probe.time_ms() <= probe.quiet_limit_ms())
         for (model, state, inputs_at, params, sc), (total, detect, solve) in zip(runs, out):
             inputs = inputs_at(i)
             t = time.thread_time()
@@ -60,7 +68,13 @@ def run_paired(runs, warm, steps):
                     detect.append(sc.detect_ms)
                     solve.append(sc.solve_ms)
     med = lambda a: float(np.median(a)) if a else 0.0  # noqa: E731
-    return [(med(total), med(detect), med(solve), (min(detect) if detect else 0.0)) for total, detect, solve in out]
+
+    def quiet_detect(detect):
+        q = [d for d, fast in zip(detect, quiet) if fast]
+        return (round(med(q), 4) if q else None), len(q)
+
+    return [(med(total), med(detect), med(solve), (min(detect) if detect else 0.0), quiet_detect(detect))
+            for total, detect, solve in out]
 
 
 def hanging_run(n, substeps, broad_phase=None, thickness=0.005):
@@ -142,11 +156,13 @@ def main():
 
     base32 = hanging(32, 20, None)[1]
     for bp in ("patch", "grid", "bvh"):
-        model, (total, det, sol, det_min), sc = hanging(32, 20, bp)
+        model, (total, det, sol, det_min, (det_quiet, n_quiet)), sc = hanging(32, 20, bp)
         emit(scene="hanging_sheet_32_capsule", vertices=model.n, substeps=20, threads=1,
              broad_phase=bp, ms_per_step_median=round(total, 4),
              ms_per_step_without_self_collision=round(base32[0], 4),
              detect_ms=round(det, 4), detect_ms_min=round(det_min, 4),
+             # The median over the steps after a fast probe step: the uncontended cost.
+             detect_ms_quiet=det_quiet, quiet_steps=n_quiet,
              solve_ms=round(max(total - base32[0] - det, 0.0), 4),
              contacts_last=sc.count, reference_detect_ms=2.166, target_detect_ms=0.15)
 
@@ -154,14 +170,14 @@ def main():
     # it, stepped in lockstep (run_paired).
     off_run = hanging_run(100, 2, None)
     on_run = hanging_run(100, 2, "patch")
-    (off, _, _, _), (on, det, sol, det_min) = run_paired([off_run, on_run], 60, 240)
+    (off, _, _, _, _), (on, det, sol, det_min, _) = run_paired([off_run, on_run], 60, 240)
     emit(scene="hanging_sheet_100_capsule", vertices=on_run[0].n, substeps=2, threads=1, broad_phase="patch",
          ms_per_step_median=round(on, 4), ms_per_step_without_self_collision=round(off, 4),
          ratio=round(on / off, 3), detect_ms=round(det, 4), solve_ms=round(max(on - off - det, 0.0), 4),
          target_ratio=3.0)
 
     cached_run = layered_run(True)
-    (off, _, _, _), (cached, _, sol, _) = run_paired([layered_run(False), cached_run], 30, 120)
+    (off, _, _, _, _), (cached, _, sol, _, _) = run_paired([layered_run(False), cached_run], 30, 120)
     emit(scene="layered_sheets_capsule_cached", vertices=cached_run[0].n, substeps=10, threads=1,
          ms_per_step_median=round(cached, 4), ms_per_step_without_self_collision=round(off, 4),
          ratio=round(cached / off, 3), detect_ms=0.0, solve_ms=round(max(cached - off, 0.0), 4),
