@@ -19,7 +19,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from . import selfcollision_kernels as SCK
-from .compiler import NoAliasCompiler
+from .shared import NoAliasCompiler, compact_flags
 
 # fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
 JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
@@ -1435,26 +1435,6 @@ def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay,
         miss = path_misses(px, py, pz, qx, qy, qz, ubox) | (not free) | (cmask[i] < F0)
         sel[i] = 0 if miss else 1
     return bad
-
-
-@njit(**JIT)
-def compact_flags(sel, cand):
-    """The indices i with sel[i] != 0 (0 or 1), in order, into cand; returns
-    their count. sel's length is a multiple of 8 with zeros past the
-    vertices: it is read as uint64 words and a zero word (eight vertices
-    far from every capsule) costs one test. A branch per vertex on the box
-    test itself mispredicted at the ends of the runs a grid makes (2.6 ns
-    per vertex at 10k)."""
-    words = sel.view(np.uint64)
-    count = 0
-    for w in range(np.uint64(words.shape[0])):
-        if words[w] == 0:
-            continue
-        base = np.uint64(8) * w
-        for b in range(np.uint64(8)):
-            cand[count] = base + b
-            count += sel[base + b]
-    return count
 
 
 @njit(**JIT)

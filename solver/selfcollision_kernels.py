@@ -19,7 +19,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
-from .compiler import NoAliasCompiler, renamed
+from .shared import NoAliasCompiler, compact_flags, renamed
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
@@ -1120,23 +1120,6 @@ def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
         sel[k] = 0 if clear | stale_deep else 1
 
 
-@njit(**_HELPER)
-def _compact(sel, todo):
-    """The k with sel[k] = 1, in order, into todo; returns their count. sel:
-    length a multiple of 8, zero past the contacts, read 8 at a time (a
-    zero word costs one test)."""
-    words = sel.view(np.uint64)
-    count = 0
-    for w in range(np.uint64(words.shape[0])):
-        if words[w] == 0:
-            continue
-        base = np.uint64(8) * w
-        for b in range(np.uint64(8)):
-            todo[count] = base + b
-            count += sel[base + b]
-    return count
-
-
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                 triangles, contact_target, contact_friction, slot_delta, slot_active):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
@@ -1151,7 +1134,7 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     _plane_flags(pos[0], pos[1], pos[2], contact_vertex.reshape(contact_vertex.size), contact_kind,
                  contact_normal.reshape(contact_normal.size), contact_target, slot_active, sel)
     todo = np.empty(nc, np.uint32)
-    nt = _compact(sel, todo)
+    nt = compact_flags(sel, todo)
     for q in prange(nt):
         k = todo[q]
         kind = contact_kind[k]

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .compiler import NoAliasCompiler
+from .shared import NoAliasCompiler
 
 __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
 
@@ -727,7 +727,7 @@ def _apply_pins(pinned, pin_weight, targets, out):
             out[q + 2] += w * (targets[q + 2] - out[q + 2])
 
 
-# NoAliasCompiler (solver.compiler): without it LLVM cannot vectorise the dense pass,
+# NoAliasCompiler (solver.shared): without it LLVM cannot vectorise the dense pass,
 # which reads through index arrays (it could read what the loop wrote): it
 # ran scalar, 6.4 ns per vertex, and 3.9 ns vectorised (45x45 proxy, 10,201
 # dense vertices).
