@@ -30,8 +30,11 @@ class compiled_fast:
     compiled with LLVM's SLP vectoriser on (numba leaves it off by default),
     which turns the x, y, z, 0 record arithmetic of the fast constraint
     kernels into 4-wide SIMD (bending ~76 -> ~40 instructions per element).
-    Scoped, so other numba code in the process keeps numba's defaults;
-    cached code does not depend on it."""
+    Scoped, so other numba code in the process keeps numba's defaults. A
+    kernel keeps the code of its first compilation, in the process and in
+    numba's cache: one first compiled outside this context (a test calling
+    it directly) rounds differently when the step later links it (see
+    DEVELOPERS.md, lockstep A/B)."""
 
     def __enter__(self):
         self.saved = numba_config.SLP_VECTORIZE
