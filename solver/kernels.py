@@ -33,7 +33,7 @@ class compiled_fast:
     Scoped, so other numba code in the process keeps numba's defaults. A
     kernel keeps the code of its first compilation, in the process and in
     numba's cache: one first compiled outside this context (a test calling
-    it directly) rounds differently when the step later links it (see
+    it directly) may round differently when the step later links it (see
     DEVELOPERS.md, lockstep A/B)."""
 
     def __enter__(self):
