@@ -24,7 +24,7 @@ import time
 import numba
 import numpy as np
 
-from common import HostProbe, emit, hanging_sheet, log, swinging_capsule
+from common import HostProbe, emit, hanging_sheet, log, quiet_median, swinging_capsule
 
 from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
 from drape.solver.selfcollision import SelfCollision, merge_meshes
@@ -53,10 +53,10 @@ def run_paired(runs, warm, steps):
     item is (median detect ms of the quiet rounds, their count)."""
     out = [([], [], []) for _ in runs]
     probe = HostProbe.shared()
-    quiet = []
+    probes = []
     for i in range(warm + steps):
         if i >= warm and probe is not None:
-            quiet.append(probe.time_ms() <= probe.quiet_limit_ms())
+            probes.append(probe.time_ms())
         for (model, state, inputs_at, params, sc), (total, detect, solve) in zip(runs, out):
             inputs = inputs_at(i)
             t = time.thread_time()
@@ -70,8 +70,7 @@ def run_paired(runs, warm, steps):
     med = lambda a: float(np.median(a)) if a else 0.0  # noqa: E731
 
     def quiet_detect(detect):
-        q = [d for d, fast in zip(detect, quiet) if fast]
-        return (round(med(q), 4) if q else None), len(q)
+        return quiet_median(detect, probes, scale=1) if detect and probes else (None, 0)
 
     return [(med(total), med(detect), med(solve), (min(detect) if detect else 0.0), quiet_detect(detect))
             for total, detect, solve in out]

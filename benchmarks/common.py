@@ -87,15 +87,17 @@ def host_calibration_ms(steps=60, blocks=3):
     return round(float(np.median([probe.time_ms() for _ in range(steps * blocks)])), 4)
 
 
-def quiet_median(times_s, probes_ms):
-    """(median ms of the case's steps that followed a fast probe, their
-    count; None, 0 if none did): fast = under HostProbe.quiet_limit_ms().
-    The uncontended cost, next to the plain median (which stays the figure
-    of record)."""
+def quiet_median(values, probes_ms, scale=1e3):
+    """(median of the values, times `scale`, of the steps that followed a
+    fast probe, their count; None, 0 if none did): fast = under
+    HostProbe.quiet_limit_ms(), taken once over every probe so far. values:
+    seconds by default (ms out); pass scale=1 for values in ms. The
+    uncontended cost, next to the plain median (which stays the figure of
+    record)."""
     fast = np.asarray(probes_ms) <= HostProbe.shared().quiet_limit_ms()
     if not fast.any():
         return None, 0
-    return round(median_ms(np.asarray(times_s)[fast]), 4), int(fast.sum())
+    return round(float(np.median(np.asarray(values)[fast])) * scale, 4), int(fast.sum())
 
 
 def median_ms(seconds):

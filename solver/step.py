@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from . import kernels as K
-from .params import ClothParams, SolverError
+from .params import _F32, _F64, ClothParams, SolverError
 
 _EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
 _EMPTY_PLANES = np.zeros((0, 12), dtype=np.float32)
@@ -19,10 +19,6 @@ _NO_LIST = np.zeros(0, dtype=np.uint32)
 # stays vectorised (a strided (3, 1) view of prev made it 3x slower).
 _NO_FIELD = np.zeros((3, 1), dtype=np.float32)
 _FAST = K.compiled_fast()
-
-
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 
 
 def _per_vertex(name, value, n, out=None):
