@@ -34,7 +34,30 @@ def point_capsule_distance(p, a, b, ra, rb):
 
 
 def point_capsule_distances(points, a, b, ra, rb):
-    return np.array([point_capsule_distance(p, a, b, ra, rb) for p in np.asarray(points)])
+    """point_capsule_distance of every row of points (m, 3): the same
+    golden-section search, run on all of them at once."""
+    p = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+
+    def f(s):
+        c = a + s[:, None] * (b - a)
+        return np.linalg.norm(p - c, axis=1) - (ra + s * (rb - ra))
+
+    g = (np.sqrt(5.0) - 1.0) / 2.0
+    lo, hi = np.zeros(len(p)), np.ones(len(p))
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    f1, f2 = f(x1), f(x2)
+    for _ in range(80):
+        left = f1 < f2
+        # left: the minimum is in [lo, x2]; else in [x1, hi].
+        hi = np.where(left, x2, hi)
+        lo = np.where(left, lo, x1)
+        nx1 = np.where(left, hi - g * (hi - lo), x2)
+        nx2 = np.where(left, x1, lo + g * (hi - lo))
+        fn = f(np.where(left, nx1, nx2))
+        f1, f2 = np.where(left, fn, f2), np.where(left, f1, fn)
+        x1, x2 = nx1, nx2
+    return np.minimum.reduce([f(np.zeros(len(p))), f(np.ones(len(p))), f1, f2])
 
 
 def edge_strain(positions, edges, rest_positions):
