@@ -1276,13 +1276,14 @@ def from_aos4_collect(p4, pos, hit, ubox, cand, sel):
 
 @njit(**JIT)
 def _distance_fast4(p4, ab, coef, unilateral):
-    """solve_distance_fast on x, y, z, 0 records (the same arithmetic per lane).
+    """solve_distance_fast on x, y, z, 0 records (the same arithmetic per lane);
+    ab: record offsets (4 x vertex index, DistanceConstraints.ab_rec).
     unilateral: only pull together pairs farther apart than their rest length
     (the stretch limits)."""
     m = np.uint64(ab.shape[0]) >> np.uint64(1)
     for i in range(m):
-        ia = 4 * np.uint64(ab[2 * i])
-        ib = 4 * np.uint64(ab[2 * i + 1])
+        ia = np.uint64(ab[2 * i])
+        ib = np.uint64(ab[2 * i + 1])
         e = 4 * i
         dx = p4[ib] - p4[ia]
         dy = p4[ib + 1] - p4[ia + 1]
@@ -1323,15 +1324,16 @@ def solve_distance_fast4(p4, ab, coef, unilateral):
 
 @njit(**JIT)
 def solve_bending_fast4(p4, idx4, coef):
-    """solve_bending_fast on x, y, z, 0 records (the same arithmetic per lane)."""
+    """solve_bending_fast on x, y, z, 0 records (the same arithmetic per lane);
+    idx4: record offsets (4 x vertex index, BendingConstraints.idx_rec)."""
     m = np.uint64(idx4.shape[0]) >> np.uint64(2)
     for i in range(m):
         q = 4 * i
         e = 8 * i
-        i0 = 4 * np.uint64(idx4[q])
-        i1 = 4 * np.uint64(idx4[q + 1])
-        i2 = 4 * np.uint64(idx4[q + 2])
-        i3 = 4 * np.uint64(idx4[q + 3])
+        i0 = np.uint64(idx4[q])
+        i1 = np.uint64(idx4[q + 1])
+        i2 = np.uint64(idx4[q + 2])
+        i3 = np.uint64(idx4[q + 3])
         k1 = coef[e]
         k2 = coef[e + 1]
         k3 = coef[e + 2]
@@ -1374,11 +1376,12 @@ def solve_tethers_fast4(p4, v, anchor, length, coef, scale):
     """solve_tethers without damping on x, y, z, 0 records, branch-free:
     most tethers are slightly over-extended after each predict, so a branch
     on it mispredicts about half the time (it cost 20 ns per tether). An
-    inactive tether computes a zero correction. coef = w / (w + alpha~)."""
+    inactive tether computes a zero correction. coef = w / (w + alpha~);
+    v, anchor: record offsets (4 x vertex index)."""
     m = np.uint64(v.shape[0])
     for i in range(m):
-        iv = 4 * np.uint64(v[i])
-        ia = 4 * np.uint64(anchor[i])
+        iv = np.uint64(v[i])
+        ia = np.uint64(anchor[i])
         dx = p4[iv] - p4[ia]
         dy = p4[iv + 1] - p4[ia + 1]
         dz = p4[iv + 2] - p4[ia + 2]
@@ -1401,11 +1404,11 @@ def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, limits, p
         # Fast path on x, y, z, 0 records (see to_aos4 and compiled_fast).
         p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
         to_aos4(pos, p4)
-        solve_distance_fast4(p4, stretch[6], stretch[7], False)
-        solve_distance_fast4(p4, shear[6], shear[7], False)
-        solve_bending_fast4(p4, bend[6], bend[7])
+        solve_distance_fast4(p4, stretch[8], stretch[7], False)
+        solve_distance_fast4(p4, shear[8], shear[7], False)
+        solve_bending_fast4(p4, bend[8], bend[7])
         if cfg[C_USE_LIMITS] != F0:
-            solve_distance_fast4(p4, limits[6], limits[7], True)
+            solve_distance_fast4(p4, limits[8], limits[7], True)
         from_aos4(p4, pos)
     else:
         solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
@@ -1418,17 +1421,17 @@ def solve_constraints(pos, prev, cfg, h, stretch, shear, bend, tether, limits, p
 
 @njit(**JIT)
 def solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda):
-    a, b, wa, wb, rest, lam, ab, coef = stretch
+    a, b, wa, wb, rest, lam, ab, coef, _ = stretch
     if use_lambda or cfg[C_D_STRETCH] != F0:
         solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_STRETCH] * ha, cfg[C_D_STRETCH], use_lambda)
     else:
         solve_distance_fast(pos, ab, coef, False)
-    a, b, wa, wb, rest, lam, ab, coef = shear
+    a, b, wa, wb, rest, lam, ab, coef, _ = shear
     if use_lambda or cfg[C_D_SHEAR] != F0:
         solve_distance(pos, prev, a, b, wa, wb, rest, lam, cfg[C_A_SHEAR] * ha, cfg[C_D_SHEAR], use_lambda)
     else:
         solve_distance_fast(pos, ab, coef, False)
-    idx, k, wk, swk2, rest, lam, idx4, coef = bend
+    idx, k, wk, swk2, rest, lam, idx4, coef, _ = bend
     if use_lambda or cfg[C_D_BEND] != F0:
         solve_bending(pos, prev, idx, k, wk, swk2, rest, lam, cfg[C_A_BEND] * ha, cfg[C_D_BEND], use_lambda)
     else:
@@ -1659,10 +1662,10 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         solve_bending_fast4(p4, bend[0], bend[1])
         if cfg[C_USE_LIMITS] != F0:
             solve_distance_fast4(p4, limits[0], limits[1], True)
-        tv, ta, tl, tw, tc = tether
+        tv, ta, tl, tw, tc, tv_rec, ta_rec = tether
         fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
         if fast_tethers:
-            solve_tethers_fast4(p4, tv, ta, tl, tc, cfg[C_TETHER_SCALE])
+            solve_tethers_fast4(p4, tv_rec, ta_rec, tl, tc, cfg[C_TETHER_SCALE])
         # Only capsules and nothing moving vertices after the records are
         # read back but the self contacts: the projection visits the
         # vertices near the capsules (listed after the self contacts moved

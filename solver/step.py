@@ -154,7 +154,10 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether,
                        model.limits.packed())
         # step_fast takes only the fast kernels' (indices, coefficients).
-        fast = tuple(c[6:8] for c in constraints[:3]) + (tether, constraints[4][6:8])
+        # (record offsets, coefficients) of the fast kernels; the tethers
+        # with their record offsets too.
+        fast = (tuple((c[8], c[7]) for c in constraints[:3])
+                + (tether + (model.tether_vertex_rec, model.tether_anchor_rec), (constraints[4][8], constraints[4][7])))
         # The default settings (one iteration, undamped stretch/shear/bend;
         # no wind, checked per step) run a kernel that holds only the fast
         # paths: less to compile. Decided here, once: comparing the float32

@@ -330,7 +330,7 @@ def test_stretch_limits_hold_a_sheet_a_sphere_shoves():
 
 def test_unilateral_distance_kernel_only_pulls_together():
     p4 = np.array([0, 0, 0, 0, 3, 0, 0, 0, 10, 0, 0, 0, 10.5, 0, 0, 0], np.float32)
-    ab = np.array([0, 1, 2, 3], np.uint32)
+    ab = np.array([0, 4, 8, 12], np.uint32)   # record offsets of vertices 0-1 and 2-3
     coef = np.array([0.5, 0.5, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], np.float32)
     kernels.solve_distance_fast4(p4, ab, coef, True)
     assert np.allclose(p4[[0, 4]], [1.0, 2.0], atol=1e-5)   # 3 apart, limit 1: pulled to 1
