@@ -771,27 +771,51 @@ def _axis_perpendicular(ux, uy, uz):
 
 
 @njit(pipeline_class=NoAliasCompiler, **JIT)
-def _swept_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, offr, bx, c, perp, e0, e1, inv_l2, move,
+def _path_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, cmask, path):
+    """The candidates' paths as rows (7, count): start x, y, z, predicted x,
+    y, z, collider offset; read once, then every capsule's passes load them
+    contiguously."""
+    for q in range(np.uint64(count)):
+        i = cand[q]
+        path[0, q] = x0r[i]
+        path[1, q] = y0r[i]
+        path[2, q] = z0r[i]
+        path[3, q] = x1r[i]
+        path[4, q] = y1r[i]
+        path[5, q] = z1r[i]
+        path[6, q] = cmask[i]
+
+
+@njit(pipeline_class=NoAliasCompiler, **JIT)
+def _path_box_flags(count, x0r, y0r, z0r, x1r, y1r, z1r, bx, sel):
+    """sel[q] = 1 where path q's box meets box bx (a tuple), else 0."""
+    for q in range(np.uint64(count)):
+        sel[q] = 0 if path_misses(x0r[q], y0r[q], z0r[q], x1r[q], y1r[q], z1r[q], bx) else 1
+
+
+@njit(pipeline_class=NoAliasCompiler, **JIT)
+def _swept_rows(sub, count, x0r, y0r, z0r, x1r, y1r, z1r, offr, c, perp, e0, e1, inv_l2, move,
                 sxr, syr, szr, dr, nxr, nyr, nzr, sr, at_start, newton):
-    """The branch-free part of the swept contacts of candidates cand[:count]
-    against one capsule (see swept_contacts), one lane per candidate q: the
-    start position carried into the frame of the capsule at substep end
-    (sxr, syr, szr[q]) and its distance, normal and axis fraction (dr, nxr,
-    nyr, nzr, sr[q]). at_start[q] = 1: the path enters at its start (u = 0);
-    newton[q] = 1: it may enter later, and only the Newton steps can tell.
-    bx: the capsule's swept box; c = capsule_row_off(pre, j, 0) (each lane
-    adds its vertex's collider offset offr[i]); e0, e1: the end points at
-    substep start and end; inv_l2 = 1 / |b0 - a0|^2 (0 for a sphere);
-    move: how far the capsule's axis moves over the substep."""
+    """The branch-free part of the swept contacts against one capsule (see
+    swept_contacts), one lane per path t of sub[:count] (indices into the
+    path rows of _path_rows, whose boxes meet the capsule's): the start
+    position carried into the frame of the capsule at substep end (sxr,
+    syr, szr[t]) and its distance, normal and axis fraction (dr, nxr, nyr,
+    nzr, sr[t]). at_start[t] = 1: the path enters at its start (u = 0);
+    newton[t] = 1: it may enter later, and only the Newton steps can tell.
+    c = capsule_row_off(pre, j, 0) (each lane adds its vertex's collider
+    offset); perp: the capsule's normal for a point on its axis; e0, e1:
+    the end points at substep start and end; inv_l2 = 1 / |b0 - a0|^2 (0
+    for a sphere); move: how far the capsule's axis moves over the substep."""
     ax0, ay0, az0 = e0[0], e0[1], e0[2]
     dx0, dy0, dz0 = e0[3] - ax0, e0[4] - ay0, e0[5] - az0
     tax, tay, taz = e1[0] - ax0, e1[1] - ay0, e1[2] - az0
     tbx, tby, tbz = e1[3] - e0[3], e1[4] - e0[4], e1[5] - e0[5]
-    for q in range(np.uint64(count)):
-        i = cand[q]
-        x0, y0, z0 = x0r[i], y0r[i], z0r[i]
-        x1, y1, z1 = x1r[i], y1r[i], z1r[i]
-        off = offr[i]
+    for t in range(np.uint64(count)):
+        q = sub[t]
+        x0, y0, z0 = x0r[q], y0r[q], z0r[q]
+        x1, y1, z1 = x1r[q], y1r[q], z1r[q]
+        off = offr[q]
         cc = (c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8] + off, c[9] + off, c[10], c[11])
         path = np.sqrt((x1 - x0) * (x1 - x0) + (y1 - y0) * (y1 - y0) + (z1 - z0) * (z1 - z0))
         de, _, _, _, _ = _capsule_distance_rows(x1, y1, z1, cc, perp)
@@ -804,12 +828,10 @@ def _swept_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, offr, bx, c, perp, e0
         ex, ey, ez = x1 - sx, y1 - sy, z1 - sz
         seg = np.sqrt(ex * ex + ey * ey + ez * ez)
         d, nx, ny, nz, s = _capsule_distance_rows(sx, sy, sz, cc, perp)
-        # Culls: the path box misses the capsule's swept box; the end point
-        # is farther than the path and the capsule's motion can bring it
-        # (the distance is 1-Lipschitz); the start is farther than the
-        # path in the capsule's frame is long, or both ends are.
-        cull = (path_misses(x0, y0, z0, x1, y1, z1, bx) | (de > path + move) | (d > seg)
-                | ((d > TRACE_EPS) & (d + de > seg)))
+        # Culls: the end point is farther than the path and the capsule's
+        # motion can bring it (the distance is 1-Lipschitz); the start is
+        # farther than the path in the capsule's frame is long, or both ends are.
+        cull = (de > path + move) | (d > seg) | ((d > TRACE_EPS) & (d + de > seg))
         r = cc[8] + (cc[9] - cc[8]) * s
         # Started inside: a vertex resting on the surface that the capsule
         # moved into counts as entering where it touched; one deep inside
@@ -820,10 +842,10 @@ def _swept_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, offr, bx, c, perp, e0
         # Newton's first step: f'(0) = n . e >= 0, the path's closest
         # approach is behind it, no hit.
         later = (d >= TRACE_EPS) & (seg > EPS) & (nx * ex + ny * ey + nz * ez < F0)
-        at_start[q] = 0 if cull else (1 if first else 0)
-        newton[q] = 0 if cull else (1 if later else 0)
-        sxr[q], syr[q], szr[q] = sx, sy, sz
-        dr[q], nxr[q], nyr[q], nzr[q], sr[q] = d, nx, ny, nz, s
+        at_start[t] = 0 if cull else (1 if first else 0)
+        newton[t] = 0 if cull else (1 if later else 0)
+        sxr[t], syr[t], szr[t] = sx, sy, sz
+        dr[t], nxr[t], nyr[t], nzr[t], sr[t] = d, nx, ny, nz, s
 
 
 @njit(**JIT)
@@ -876,21 +898,31 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
     along with the capsule (so a capsule that sweeps past a still vertex is
     seen), to its predicted position, against the capsule at substep end.
     The first capsule entered along the path wins.
-    Per capsule, a vectorised pass (_swept_rows) culls the paths that cannot
-    reach it and finds those that enter at their start (a vertex resting on
-    the capsule); only the rest take Newton steps (_newton_entry), one at a
-    time: on the 100x100 sheet with the swinging capsule, ~340 of ~1,600
-    candidates a substep. The scalar code had cost ~50 ns a candidate."""
+    Vectorised passes: the paths are read into rows once (_path_rows); per
+    capsule, a box test lists the paths that meet its swept box, and
+    _swept_rows culls those that cannot reach it and finds those that enter
+    at their start (a vertex resting on the capsule). Only the rest take
+    Newton steps (_newton_entry), one at a time: on the 100x100 sheet with
+    the swinging capsule ~340 of ~1,600 candidates a substep. The scalar code
+    had cost ~50 ns a candidate; with many capsules (a character's bones)
+    the box test per capsule keeps each one's work to the paths near it."""
     k = cap1.shape[0]
     if count == 0 or k == 0:
         return
     pre = prepare_capsules(cap1, margin)
     room = (count + 7) // 8 * 8
+    path = np.empty((7, room), dtype=np.float32)
     rows = np.empty((8, room), dtype=np.float32)
-    flags = np.zeros((2, room), dtype=np.uint8)
+    flags = np.zeros((3, room), dtype=np.uint8)
     best = np.full(room, np.float32(2.0), dtype=np.float32)
+    sub = np.empty(room, dtype=np.uint32)
     todo = np.empty(room, dtype=np.uint32)
+    _path_rows(cand, count, prev[0], prev[1], prev[2], pos[0], pos[1], pos[2], cmask, path)
     for j in range(k):
+        _path_box_flags(count, path[0], path[1], path[2], path[3], path[4], path[5], box_row(box, j), flags[2])
+        ns = compact_flags(flags[2], sub)
+        if ns == 0:
+            continue
         # How far any point of the capsule's axis moves over the substep (at
         # most as far as its farther end).
         da = ((cap1[j, 0] - cap0[j, 0]) ** 2 + (cap1[j, 1] - cap0[j, 1]) ** 2
@@ -904,30 +936,32 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
         inv_l2 = F1 / l2 if l2 > EPS * EPS else F0
         c = capsule_row_off(pre, j, F0)
         perp = _axis_perpendicular(c[3], c[4], c[5])
-        _swept_rows(cand, count, prev[0], prev[1], prev[2], pos[0], pos[1], pos[2], cmask, box_row(box, j),
-                    c, perp, e0, e1, inv_l2, move, rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6],
-                    rows[7], flags[0], flags[1])
-        flags[:, count:] = 0
-        m = compact_flags(flags[0], todo)
-        for t in range(m):
-            q = todo[t]
+        _swept_rows(sub, ns, path[0], path[1], path[2], path[3], path[4], path[5], path[6], c, perp, e0, e1,
+                    inv_l2, move, rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6], rows[7],
+                    flags[0], flags[1])
+        rs = (ns + 7) // 8 * 8
+        flags[:2, ns:rs] = 0
+        m = compact_flags(flags[0, :rs], todo)
+        for u in range(m):
+            t = todo[u]
+            q = sub[t]
             if best[q] > F0:
                 best[q] = F0
-                d = min(rows[3, q], F0)
-                nx, ny, nz = rows[4, q], rows[5, q], rows[6, q]
-                _write_entry(cand[q], j, rows[0, q] - d * nx, rows[1, q] - d * ny, rows[2, q] - d * nz,
-                             nx, ny, nz, rows[7, q], cap1, hit, entry)
-        m = compact_flags(flags[1], todo)
-        for t in range(m):
-            q = todo[t]
-            i = cand[q]
-            sx, sy, sz = rows[0, q], rows[1, q], rows[2, q]
-            found, u, hx, hy, hz, nx, ny, nz, s = _newton_entry(
-                sx, sy, sz, pos[0, i] - sx, pos[1, i] - sy, pos[2, i] - sz, rows[3, q], rows[4, q], rows[5, q],
-                rows[6, q], rows[7, q], capsule_row_off(pre, j, cmask[i]))
-            if found and u < best[q]:
-                best[q] = u
-                _write_entry(i, j, hx, hy, hz, nx, ny, nz, s, cap1, hit, entry)
+                d = min(rows[3, t], F0)
+                nx, ny, nz = rows[4, t], rows[5, t], rows[6, t]
+                _write_entry(cand[q], j, rows[0, t] - d * nx, rows[1, t] - d * ny, rows[2, t] - d * nz,
+                             nx, ny, nz, rows[7, t], cap1, hit, entry)
+        m = compact_flags(flags[1, :rs], todo)
+        for u in range(m):
+            t = todo[u]
+            q = sub[t]
+            sx, sy, sz = rows[0, t], rows[1, t], rows[2, t]
+            found, uu, hx, hy, hz, nx, ny, nz, s = _newton_entry(
+                sx, sy, sz, path[3, q] - sx, path[4, q] - sy, path[5, q] - sz, rows[3, t], rows[4, t],
+                rows[5, t], rows[6, t], rows[7, t], capsule_row_off(pre, j, path[6, q]))
+            if found and uu < best[q]:
+                best[q] = uu
+                _write_entry(cand[q], j, hx, hy, hz, nx, ny, nz, s, cap1, hit, entry)
 
 
 @njit(**JIT)

@@ -80,38 +80,45 @@ def test_without_swept_contacts_the_same_capsule_would_tunnel():
     assert np.all(x[1, shadow] < 0.5)
 
 
-@pytest.mark.parametrize("moving", [False, True])
-def test_swept_contacts_find_where_each_path_first_enters_the_capsule(moving):
-    # Random paths around a round cone, static or translating over the
+@pytest.mark.parametrize("case", ["static", "moving", "two capsules"])
+def test_swept_contacts_find_where_each_path_first_enters_a_capsule(case):
+    # Random paths around round cones, static or translating over the
     # substep (then the path runs from the start position carried along,
-    # in the capsule's end frame). The exact distance sampled along each
+    # in the capsules' end frame). The exact distance sampled along each
     # path decides: a path that goes clearly inside must be hit at the
-    # first sample inside, on the surface, with the surface's velocity; one
-    # that stays clearly outside must not be; a start just inside (resting
-    # on a capsule that moved into it) enters where it is.
+    # first sample inside, on the surface of the capsule it enters first,
+    # with the surface's velocity; one that stays clearly outside must not
+    # be; a start just inside (resting on a capsule that moved into it)
+    # enters where it is.
     rng = np.random.default_rng(7)
-    a, b, ra, rb = np.array([0.0, 0.0, 0.0]), np.array([0.6, 0.1, -0.05]), 0.1, 0.16
+    cones = [(np.array([0.0, 0.0, 0.0]), np.array([0.6, 0.1, -0.05]), 0.1, 0.16)]
+    if case == "two capsules":
+        cones.append((np.array([0.1, 0.3, 0.1]), np.array([0.5, 0.25, 0.2]), 0.08, 0.06))
     h = 1.0 / 120.0
-    move = np.array([0.05, -0.08, 0.03]) if moving else np.zeros(3)
-    cap0, cap1 = np.zeros((1, 14), np.float32), np.zeros((1, 14), np.float32)
-    for cap, ends in ((cap0, (a - move, b - move)), (cap1, (a, b))):
-        cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = ends[0], ends[1], ra, rb
-        cap[0, 8:11] = cap[0, 11:14] = move / h
-    n = 700
-    x0 = rng.uniform([-0.3, -0.35, -0.35], [0.9, 0.35, 0.35], size=(n, 3)) - move
+    move = np.array([0.05, -0.08, 0.03]) if case == "moving" else np.zeros(3)
+    k = len(cones)
+    cap0, cap1 = np.zeros((k, 14), np.float32), np.zeros((k, 14), np.float32)
+    for j, (a, b, ra, rb) in enumerate(cones):
+        for cap, ends in ((cap0, (a - move, b - move)), (cap1, (a, b))):
+            cap[j, :3], cap[j, 3:6], cap[j, 6], cap[j, 7] = ends[0], ends[1], ra, rb
+            cap[j, 8:11] = cap[j, 11:14] = move / h
+    n = 1000
+    x0 = rng.uniform([-0.3, -0.35, -0.35], [0.9, 0.45, 0.35], size=(n, 3)) - move
     x1 = x0 + move + rng.normal(scale=0.12, size=(n, 3))
     hit = np.zeros(n, np.uint8)
     entry = np.zeros((9, n), np.float32)
     kernels.swept_contacts(np.arange(n, dtype=np.uint32), n, x1.T.astype(np.float32).copy(),
                            x0.T.astype(np.float32).copy(), cap0, cap1, kernels.capsule_boxes(cap0, cap1, 0.0),
                            np.float32(0.0), hit, entry, np.zeros(n, np.float32))
-    samples = np.linspace(0.0, 1.0, 801)
+    samples = np.linspace(0.0, 1.0, 401)
     start = x0 + move
     paths = start[:, None, :] + samples[None, :, None] * (x1 - start)[:, None, :]
-    d = oracles.point_capsule_distances(paths.reshape(-1, 3), a, b, ra, rb).reshape(n, -1)
+    # Distance to the union of the capsules, and which one is nearest.
+    each = np.stack([oracles.point_capsule_distances(paths.reshape(-1, 3), *cone).reshape(n, -1) for cone in cones])
+    d, nearest = each.min(axis=0), each.argmin(axis=0)
     checked = {"in": 0, "out": 0, "resting": 0}
     for i in range(n):
-        if -0.04 < d[i, 0] < -1e-4:
+        if -0.04 < d[i, 0] < -1e-4 and np.sum(each[:, i, 0] < 1e-4) == 1:
             kind = "resting"
         elif d[i, 0] > 1e-4 and d[i].min() < -2e-3:
             kind = "in"
@@ -119,11 +126,17 @@ def test_swept_contacts_find_where_each_path_first_enters_the_capsule(moving):
             kind = "out"
         else:
             continue  # deep inside at the start, or grazing: either answer is right
-        checked[kind] += 1
         if kind == "out":
+            checked[kind] += 1
             assert hit[i] == 0, i
             continue
-        assert hit[i] == 1, i
+        first = 0 if kind == "resting" else np.argmax(d[i] <= 0.0)
+        if kind == "in" and np.sort(each[:, i, first])[:2].max() < 1e-3 and k > 1:
+            continue  # enters both capsules at the same sample: either is right
+        checked[kind] += 1
+        j = nearest[i, first]
+        assert hit[i] == j + 1, i
+        a, b, ra, rb = cones[j]
         p = entry[:3, i].astype(np.float64)
         assert abs(oracles.point_capsule_distance(p, a, b, ra, rb)) < 1e-4
         normal = entry[3:6, i].astype(np.float64)
@@ -131,7 +144,6 @@ def test_swept_contacts_find_where_each_path_first_enters_the_capsule(moving):
         np.testing.assert_allclose(entry[6:9, i], move / h, atol=1e-3)
         if kind == "resting":
             continue
-        first = np.argmax(d[i] <= 0.0)
         e = x1[i] - start[i]
         u = np.dot(p - start[i], e) / np.dot(e, e)
         assert np.linalg.norm(start[i] + u * e - p) < 1e-4  # on the path
