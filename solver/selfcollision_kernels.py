@@ -345,10 +345,12 @@ def _grid_build(box, max_cells_factor):
 def _tri_sphere(pos, rel, triangles, t, sph):
     """Triangle t's bounding sphere at step start (centroid, radius) and its
     motion (mean relative displacement of the corners, largest deviation of a
-    corner from it) into sph[t, 0:8]."""
-    i0 = triangles[t, 0]
-    i1 = triangles[t, 1]
-    i2 = triangles[t, 2]
+    corner from it) into sph[t, 0:8]. Unsigned indices (no negative-index
+    fix-ups)."""
+    t = np.uint64(t)
+    i0 = np.uint64(triangles[t, 0])
+    i1 = np.uint64(triangles[t, 1])
+    i2 = np.uint64(triangles[t, 2])
     # float32 like the positions (sph is float32: the tests that read it
     # carry 1 % + 1 um of slack).
     third = np.float32(1.0 / 3.0)
@@ -361,7 +363,7 @@ def _tri_sphere(pos, rel, triangles, t, sph):
     r2 = _F32_ZERO
     m2 = _F32_ZERO
     for k in range(3):
-        v = triangles[t, k]
+        v = np.uint64(triangles[t, k])
         dx = pos[0, v] - cx
         dy = pos[1, v] - cy
         dz = pos[2, v] - cz
@@ -728,11 +730,11 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
     for side in range(2):
         T = B if side == 0 else A
         P = A if side == 0 else B
-        a = triangles[T, 0]
-        b = triangles[T, 1]
-        c = triangles[T, 2]
+        a = np.uint64(triangles[T, 0])
+        b = np.uint64(triangles[T, 1])
+        c = np.uint64(triangles[T, 2])
         for k in range(3):
-            v = triangles[P, k]
+            v = np.uint64(triangles[P, k])
             px = pos[0, v]
             py = pos[1, v]
             pz = pos[2, v]
@@ -1730,8 +1732,8 @@ def _patches_adjacent(p, q, nstart, nbr):
 @njit(**_JIT)
 def _patch_boxes(p, pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box, ready):
     """The swept boxes of patch p's triangles (on first use in a step)."""
-    for j in range(pstart[p], pstart[p + 1]):
-        t = ptris[j]
+    for j in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
+        t = np.uint64(ptris[j])
         r = tri_region[t]
         _tri_box(pos, rel, triangles, t, region_pad[r], region_cons[r], box)
     ready[p] = 1
@@ -1790,14 +1792,15 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         l2max = _F32_ZERO
         pad = _F32_ZERO
         cons = _F32_ZERO
-        for j in range(pstart[p], pstart[p + 1]):
-            t = ptris[j]
+        # Unsigned indices: numba adds a negative-index fix-up to every signed one.
+        for j in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
+            t = np.uint64(ptris[j])
             r = tri_region[t]
             pad = max(pad, region_pad[r])
             cons = max(cons, region_cons[r])
-            i0 = triangles[t, 0]
-            i1 = triangles[t, 1]
-            i2 = triangles[t, 2]
+            i0 = np.uint64(triangles[t, 0])
+            i1 = np.uint64(triangles[t, 1])
+            i2 = np.uint64(triangles[t, 2])
             ux = pos[0, i1] - pos[0, i0]
             uy = pos[1, i1] - pos[1, i0]
             uz = pos[2, i1] - pos[2, i0]
@@ -1845,7 +1848,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             ay /= la
             az /= la
             cmin = 1.0
-            for j in range(pstart[p], pstart[p + 1]):
+            for j in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
                 cmin = min(cmin, ax * tn[j, 0] + ay * tn[j, 1] + az * tn[j, 2])
         # Box, centre and spread of the motion from the patch's own vertices
         # (a superset of its triangles' boxes: the largest pad and
@@ -1855,8 +1858,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         rmx = _F32_ZERO
         rmy = _F32_ZERO
         rmz = _F32_ZERO
-        for j in range(pvstart[p], pvstart[p + 1]):
-            v = pverts[j]
+        for j in range(np.uint64(pvstart[p]), np.uint64(pvstart[p + 1])):
+            v = np.uint64(pverts[j])
             x0 = pos[0, v]
             x1 = pos[1, v]
             x2 = pos[2, v]
@@ -1872,8 +1875,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         rmy *= inv_cnt
         rmz *= inv_cnt
         dev = _F32_ZERO
-        for j in range(pvstart[p], pvstart[p + 1]):
-            v = pverts[j]
+        for j in range(np.uint64(pvstart[p]), np.uint64(pvstart[p + 1])):
+            v = np.uint64(pverts[j])
             dx = rel[0, v] - rmx
             dy = rel[1, v] - rmy
             dz = rel[2, v] - rmz
@@ -1909,8 +1912,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         # without a branch on the y and z tests (they mispredicted).
         qlist[0] = p
         nq = 1
-        for jj in range(ii + 1, npatch):
-            q = order[jj]
+        for jj in range(np.uint64(ii + 1), np.uint64(npatch)):
+            q = np.uint64(order[jj])
             if pbox[q, 0] > pbox[p, 3]:
                 break
             qlist[nq] = q
@@ -1976,10 +1979,11 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             continue
         if box_ready[p] == 0:
             _patch_boxes(p, pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box, box_ready)
-        for ja in range(pstart[p], pstart[p + 1]):
+        for ja in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
             a = ptris[ja]
+            ua = np.uint64(a)
             stamped = False
-            a0, a1, a2, a3, a4, a5 = box[a, 0], box[a, 1], box[a, 2], box[a, 3], box[a, 4], box[a, 5]
+            a0, a1, a2, a3, a4, a5 = box[ua, 0], box[ua, 1], box[ua, 2], box[ua, 3], box[ua, 4], box[ua, 5]
             # Segment -1: a's own patch (its far pairs); then the listed patches.
             for k in range(-1, nseg):
                 if k < 0:
@@ -2016,7 +2020,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     overlaps += 1
                     # Two rings first: most overlapping pairs end here.
                     if not stamped:
-                        for q_ in range(ring_start[a], ring_start[a + 1]):
+                        for q_ in range(np.uint64(ring_start[ua]), np.uint64(ring_start[ua + np.uint64(1)])):
                             mark[np.uint64(ring[q_])] = a + 1
                         stamped = True
                     ub = np.uint64(b)
@@ -2054,9 +2058,9 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     # around both: their patches' boxes must be there.
                     for t in (A, B):
                         for k_ in range(3):
-                            v = triangles[t, k_]
-                            for j in range(vtri_start[v], vtri_start[v + 1]):
-                                o = patch_of[vtri[j]]
+                            v = np.uint64(triangles[t, k_])
+                            for j in range(np.uint64(vtri_start[v]), np.uint64(vtri_start[v + np.uint64(1)])):
+                                o = np.uint64(patch_of[vtri[j]])
                                 if box_ready[o] == 0:
                                     _patch_boxes(o, pstart, ptris, pos, rel, triangles, tri_region,
                                                  region_pad, region_cons, box, box_ready)
