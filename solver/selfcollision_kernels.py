@@ -1984,20 +1984,22 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             ua = np.uint64(a)
             stamped = False
             a0, a1, a2, a3, a4, a5 = box[ua, 0], box[ua, 1], box[ua, 2], box[ua, 3], box[ua, 4], box[ua, 5]
-            # Segment -1: a's own patch (its far pairs); then the listed patches.
-            for k in range(-1, nseg):
-                if k < 0:
+            # Segment 0: a's own patch (its far pairs); then the listed
+            # patches, segment kk at seg_q[kk - 1] (unsigned: no
+            # negative-index fix-ups).
+            for kk in range(np.uint64(nseg + 1)):
+                if kk == 0:
                     if not own:
                         continue
                     lo = fstart[ja]
-                    hi = fstart[ja + 1]
+                    hi = fstart[ja + np.uint64(1)]
                 else:
-                    q = seg_q[k]
+                    q = np.uint64(seg_q[kk - np.uint64(1)])
                     if ((a0 > pbox[q, 3]) | (pbox[q, 0] > a3) | (a1 > pbox[q, 4])
                             | (pbox[q, 1] > a4) | (a2 > pbox[q, 5]) | (pbox[q, 2] > a5)):
                         continue
-                    lo = seg_start[k]
-                    hi = seg_start[k + 1]
+                    lo = seg_start[kk - np.uint64(1)]
+                    hi = seg_start[kk]
                 # The box tests first, without a branch: the triangles whose
                 # boxes meet a's, in order, into hits (about half the tests
                 # pass, and a branch on each mispredicted), with unsigned
@@ -2009,7 +2011,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     # to either: rebinding an array variable costs two
                     # atomic reference count updates (they were 16% of the
                     # detection time on the 32x32 sheet).
-                    jb = np.uint64(fpair[iq]) if k < 0 else np.uint64(seg_tri[iq])
+                    jb = np.uint64(fpair[iq]) if kk == 0 else np.uint64(seg_tri[iq])
                     b = ptris[jb]
                     hits[nhit] = b
                     ub = np.uint64(b)
