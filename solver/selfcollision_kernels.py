@@ -565,9 +565,9 @@ def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
 def _edge_sphere(pos, rel, edges, e):
     """Edge e's bounding sphere at step start (midpoint, half length) and its
     motion (mean relative displacement of its ends, half their difference):
-    an 8-tuple."""
-    a = edges[e, 0]
-    b = edges[e, 1]
+    an 8-tuple. Unsigned indices (no negative-index fix-ups)."""
+    a = np.uint64(edges[e, 0])
+    b = np.uint64(edges[e, 1])
     hx = pos[0, b] - pos[0, a]
     hy = pos[1, b] - pos[1, a]
     hz = pos[2, b] - pos[2, a]
@@ -815,13 +815,13 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
     slack = reach * 1.01 + 1e-6
     for ka in range(3):
         ea = tri_edges[A, ka]
-        a = edges[ea, 0]
-        b = edges[ea, 1]
+        a = np.uint64(edges[ea, 0])
+        b = np.uint64(edges[ea, 1])
         sa = eA[ka]
         for kb in range(3):
             eb = tri_edges[B, kb]
-            c = edges[eb, 0]
-            d = edges[eb, 1]
+            c = np.uint64(edges[eb, 0])
+            d = np.uint64(edges[eb, 1])
             sb = eB[kb]
             # Cheap reject: the edges' bounding spheres and motions
             # (|s| - r_a - r_b - cons (|m| + dev_a + dev_b) > slack reach,
