@@ -8,34 +8,16 @@ import numpy as np
 
 def point_capsule_distance(p, a, b, ra, rb):
     """Exact signed distance from point p to a round cone (capsule with radius
-    ra at a and rb at b: the union of spheres along the segment), by
-    golden-section minimisation of |p - c(s)| - r(s) over s in [0, 1] (a convex
-    function of s), in float64."""
-    p, a, b = (np.asarray(v, dtype=np.float64) for v in (p, a, b))
-
-    def f(s):
-        c = a + s * (b - a)
-        return np.linalg.norm(p - c) - (ra + s * (rb - ra))
-
-    lo, hi = 0.0, 1.0
-    g = (np.sqrt(5.0) - 1.0) / 2.0
-    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
-    f1, f2 = f(x1), f(x2)
-    for _ in range(80):
-        if f1 < f2:
-            hi, x2, f2 = x2, x1, f1
-            x1 = hi - g * (hi - lo)
-            f1 = f(x1)
-        else:
-            lo, x1, f1 = x1, x2, f2
-            x2 = lo + g * (hi - lo)
-            f2 = f(x2)
-    return min(f(0.0), f(1.0), f1, f2)
+    ra at a and rb at b: the union of spheres along the segment): see
+    point_capsule_distances."""
+    return float(point_capsule_distances(np.reshape(p, (1, 3)), a, b, ra, rb)[0])
 
 
 def point_capsule_distances(points, a, b, ra, rb):
-    """point_capsule_distance of every row of points (m, 3): the same
-    golden-section search, run on all of them at once."""
+    """Exact signed distances from every row of points (m, 3) to a round cone
+    (radius ra at a, rb at b), by golden-section minimisation of
+    |p - c(s)| - r(s) over s in [0, 1] (a convex function of s), in float64,
+    run on all the points at once."""
     p = np.asarray(points, dtype=np.float64).reshape(-1, 3)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
 
