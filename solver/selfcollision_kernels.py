@@ -1062,10 +1062,9 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
 
 # ---------------------------------------------------------------- solve
 
-# The solve's copies of the geometry helpers, inlined into pass 1: called
-# there as plain functions, their multi-branch tuple returns cost about a
-# fifth of pass 1 on the cached layered bench (the same arithmetic).
-_closest_on_triangle_inl = njit(inline="always", **_JIT)(_closest_on_triangle.py_func)
+# The solve's copy of the frame helper, inlined into pass 1: called there
+# as a plain function, its multi-branch tuple return cost about a fifth of
+# pass 1 on the cached layered bench (the same arithmetic).
 _tri_frame_inl = njit(inline="always", **_JIT)(_tri_frame.py_func)
 
 
@@ -1122,6 +1121,188 @@ def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
         sel[k] = 0 if clear | stale_deep else 1
 
 
+_VT_REACH = np.float32(VT_REACH)
+_DEPTH = np.float32(CONTACT_DEPTH)
+_WSUM_MIN = np.float32(1e-20)
+_TL_MIN = np.float32(1e-12)
+_VT_UNCHANGED = np.uint8(3)
+# Listed vertex-triangle contacts per call of _vt_rows (a parallel pass 1
+# hands each thread whole chunks).
+_VT_CHUNK = 256
+
+
+@njit(inline="always", **_JIT)
+def _closest_rows(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
+    """_closest_on_triangle without branches (for vectorised loops): every
+    region's answer is computed and the first region that holds, in
+    Ericson's order, is selected. float32 throughout."""
+    abx, aby, abz = bx - ax, by - ay, bz - az
+    acx, acy, acz = cx - ax, cy - ay, cz - az
+    apx, apy, apz = px - ax, py - ay, pz - az
+    d1 = abx * apx + aby * apy + abz * apz
+    d2 = acx * apx + acy * apy + acz * apz
+    bpx, bpy, bpz = px - bx, py - by, pz - bz
+    d3 = abx * bpx + aby * bpy + abz * bpz
+    d4 = acx * bpx + acy * bpy + acz * bpz
+    cpx, cpy, cpz = px - cx, py - cy, pz - cz
+    d5 = abx * cpx + aby * cpy + abz * cpz
+    d6 = acx * cpx + acy * cpy + acz * cpz
+    vc = d1 * d4 - d3 * d2
+    vb = d5 * d2 - d1 * d6
+    va = d3 * d6 - d5 * d4
+    # Inside (or a degenerate triangle: its first corner).
+    den = va + vb + vc
+    inner = den > _F32_TINY
+    rden = _F32_ONE / (den if inner else _F32_ONE)
+    v = vb * rden if inner else _F32_ZERO
+    w = vc * rden if inner else _F32_ZERO
+    u = _F32_ONE - v - w
+    # Edge bc.
+    e43 = d4 - d3
+    e56 = d5 - d6
+    on_bc = (va <= _F32_ZERO) & (e43 >= _F32_ZERO) & (e56 >= _F32_ZERO)
+    sbc = e43 + e56
+    tbc = e43 / (sbc if sbc > _F32_ZERO else _F32_ONE)
+    u = _F32_ZERO if on_bc else u
+    v = _F32_ONE - tbc if on_bc else v
+    w = tbc if on_bc else w
+    # Edge ac.
+    on_ac = (vb <= _F32_ZERO) & (d2 >= _F32_ZERO) & (d6 <= _F32_ZERO)
+    sac = d2 - d6
+    tac = d2 / (sac if sac > _F32_ZERO else _F32_ONE)
+    u = _F32_ONE - tac if on_ac else u
+    v = _F32_ZERO if on_ac else v
+    w = tac if on_ac else w
+    # Corner c.
+    at_c = (d6 >= _F32_ZERO) & (d5 <= d6)
+    u = _F32_ZERO if at_c else u
+    v = _F32_ZERO if at_c else v
+    w = _F32_ONE if at_c else w
+    # Edge ab.
+    on_ab = (vc <= _F32_ZERO) & (d1 >= _F32_ZERO) & (d3 <= _F32_ZERO)
+    sab = d1 - d3
+    tab = d1 / (sab if sab > _F32_ZERO else _F32_ONE)
+    u = _F32_ONE - tab if on_ab else u
+    v = tab if on_ab else v
+    w = _F32_ZERO if on_ab else w
+    # Corner b.
+    at_b = (d3 >= _F32_ZERO) & (d4 <= d3)
+    u = _F32_ZERO if at_b else u
+    v = _F32_ONE if at_b else v
+    w = _F32_ZERO if at_b else w
+    # Corner a.
+    at_a = (d1 <= _F32_ZERO) & (d2 <= _F32_ZERO)
+    u = _F32_ONE if at_a else u
+    v = _F32_ZERO if at_a else v
+    w = _F32_ZERO if at_a else w
+    return u, v, w
+
+
+@njit(pipeline_class=NoAliasCompiler, **_JIT)
+def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv_mass, slot_active, st, dl):
+    """Pass 1 for the listed vertex-triangle contacts vt[start:end], one
+    lane each, branch-free (LLVM vectorises it; one contact at a time, the
+    branches of the closest-point regions and of the early outs
+    mispredicted: ~50 ns a contact on the cached layered bench). Writes the
+    lane's new slot state st[q] (SLOT_OFF, SLOT_ON, SLOT_STALE, or
+    _VT_UNCHANGED for a stale contact still deep behind its plane) and its
+    vertices' corrections dl[3 j + axis, q]. x, y, z and xp, yp, zp: the
+    rows of pos and prev_pos; cv, nrm: contact_vertex and contact_normal
+    flattened."""
+    for q in range(np.uint64(start), np.uint64(end)):
+        k = np.uint64(vt[q])
+        i0 = np.uint64(cv[4 * k])
+        i1 = np.uint64(cv[4 * k + 1])
+        i2 = np.uint64(cv[4 * k + 2])
+        i3 = np.uint64(cv[4 * k + 3])
+        x0, y0, z0 = x[i0], y[i0], z[i0]
+        x1, y1, z1 = x[i1], y[i1], z[i1]
+        x2, y2, z2 = x[i2], y[i2], z[i2]
+        x3, y3, z3 = x[i3], y[i3], z[i3]
+        s = nrm[3 * k]
+        tg = target[k]
+        # The height over the triangle's plane (times |m|): clear of it, or deep behind it.
+        e1x, e1y, e1z = x2 - x1, y2 - y1, z2 - z1
+        e2x, e2y, e2z = x3 - x1, y3 - y1, z3 - z1
+        mx_ = e1y * e2z - e1z * e2y
+        my_ = e1z * e2x - e1x * e2z
+        mz_ = e1x * e2y - e1y * e2x
+        hh = s * ((x0 - x1) * mx_ + (y0 - y1) * my_ + (z0 - z1) * mz_)
+        m2 = mx_ * mx_ + my_ * my_ + mz_ * mz_
+        clear = (hh > _F32_ZERO) & (hh * hh >= tg * tg * m2)
+        deep = (hh < _F32_ZERO) & (hh * hh > (_DEPTH * tg) * (_DEPTH * tg) * m2)
+        keep_stale = (slot_active[k] == SLOT_STALE) & deep
+        # Over the triangle (within the reach beside it)?
+        u, v, w = _closest_rows(x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3)
+        dx = x0 - (u * x1 + v * x2 + w * x3)
+        dy = y0 - (u * y1 + v * y2 + w * y3)
+        dz = z0 - (u * z1 + v * z2 + w * z3)
+        ln = np.sqrt(m2)
+        lu2 = e1x * e1x + e1y * e1y + e1z * e1z
+        flat = (ln < _F32_TINY) | (lu2 < _F32_TINY * _F32_TINY)
+        rl = _F32_ONE / (_F32_ONE if flat else ln)
+        tnx = _F32_ZERO if flat else mx_ * rl
+        tny = _F32_ZERO if flat else my_ * rl
+        tnz = _F32_ONE if flat else mz_ * rl
+        h = dx * tnx + dy * tny + dz * tnz
+        tx = dx - h * tnx
+        ty = dy - h * tny
+        tz = dz - h * tnz
+        tol = _VT_REACH * tg
+        beside = tx * tx + ty * ty + tz * tz > tol * tol
+        nx, ny, nz = s * tnx, s * tny, s * tnz
+        c1, c2, c3 = -u, -v, -w
+        gap = (x0 * nx + y0 * ny + z0 * nz) + c1 * (x1 * nx + y1 * ny + z1 * nz) \
+            + c2 * (x2 * nx + y2 * ny + z2 * nz) + c3 * (x3 * nx + y3 * ny + z3 * nz)
+        C = gap - tg
+        w0 = inv_mass[i0]
+        w1 = inv_mass[i1]
+        w2 = inv_mass[i2]
+        w3 = inv_mass[i3]
+        wsum = w0 + w1 * c1 * c1 + w2 * c2 * c2 + w3 * c3 * c3
+        on = ~clear & ~keep_stale & ~beside & (C < _F32_ZERO) & (wsum > _WSUM_MIN)
+        state = SLOT_ON if on else (SLOT_STALE if beside & deep else SLOT_OFF)
+        st[q] = _VT_UNCHANGED if keep_stale else np.uint8(state)
+        rw = _F32_ONE / (wsum if wsum > _WSUM_MIN else _F32_ONE)
+        lam = -C * rw
+        # Friction: the contact points' relative tangential motion over this substep.
+        mu = friction[k]
+        ddx = (x0 - xp[i0]) + c1 * (x1 - xp[i1]) + c2 * (x2 - xp[i2]) + c3 * (x3 - xp[i3])
+        ddy = (y0 - yp[i0]) + c1 * (y1 - yp[i1]) + c2 * (y2 - yp[i2]) + c3 * (y3 - yp[i3])
+        ddz = (z0 - zp[i0]) + c1 * (z1 - zp[i1]) + c2 * (z2 - zp[i2]) + c3 * (z3 - zp[i3])
+        dn = ddx * nx + ddy * ny + ddz * nz
+        fx = ddx - dn * nx
+        fy = ddy - dn * ny
+        fz = ddz - dn * nz
+        tl = np.sqrt(fx * fx + fy * fy + fz * fz)
+        limit = mu * (-C)
+        slide = (mu > _F32_ZERO) & (tl > _TL_MIN)
+        scale = _F32_ONE if tl <= limit else limit / (tl if tl > _TL_MIN else _F32_ONE)
+        scale = scale * rw if slide else _F32_ZERO
+        gx = lam * nx - fx * scale
+        gy = lam * ny - fy * scale
+        gz = lam * nz - fz * scale
+        # No vertex moves farther than the gap the contact closes (see _pass1_impl).
+        a0, a1, a2, a3 = abs(w0), abs(w1 * c1), abs(w2 * c2), abs(w3 * c3)
+        lever = max(max(a0, a1), max(a2, a3))
+        r = wsum / lever if lever > wsum else _F32_ONE
+        gx *= r
+        gy *= r
+        gz *= r
+        dl[0, q] = w0 * gx
+        dl[1, q] = w0 * gy
+        dl[2, q] = w0 * gz
+        dl[3, q] = w1 * c1 * gx
+        dl[4, q] = w1 * c1 * gy
+        dl[5, q] = w1 * c1 * gz
+        dl[6, q] = w2 * c2 * gx
+        dl[7, q] = w2 * c2 * gy
+        dl[8, q] = w2 * c2 * gz
+        dl[9, q] = w3 * c3 * gx
+        dl[10, q] = w3 * c3 * gy
+        dl[11, q] = w3 * c3 * gz
+
+
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                 triangles, contact_target, contact_friction, slot_delta, slot_active):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
@@ -1137,8 +1318,40 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
                  contact_normal.reshape(contact_normal.size), contact_target, slot_active, sel)
     todo = np.empty(nc, np.uint32)
     nt = compact_flags(sel, todo)
-    for q in prange(nt):
+    # The listed vertex-triangle contacts go through the vectorised
+    # _vt_rows, the others (point-point, edge-edge) one at a time below.
+    vt = np.empty(nt, np.uint32)
+    other = np.empty(nt, np.uint32)
+    nv = 0
+    no = 0
+    for q in range(nt):
         k = todo[q]
+        is_vt = contact_kind[k] == KIND_VERTEX_TRIANGLE
+        vt[nv] = k
+        other[no] = k
+        nv += 1 if is_vt else 0
+        no += 0 if is_vt else 1
+    st = np.empty(nv, np.uint8)
+    dl = np.empty((12, nv), np.float32)
+    cvf = contact_vertex.reshape(contact_vertex.size)
+    nrf = contact_normal.reshape(contact_normal.size)
+    for c in prange((nv + _VT_CHUNK - 1) // _VT_CHUNK):
+        _vt_rows(vt, c * _VT_CHUNK, min(nv, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+                 prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction,
+                 inv_mass, slot_active, st, dl)
+    for q in prange(nv):
+        k = vt[q]
+        state = st[q]
+        if state == _VT_UNCHANGED:
+            continue
+        slot_active[k] = state
+        if state == SLOT_ON:
+            for j in range(4):
+                slot_delta[k, j, 0] = dl[3 * j, q]
+                slot_delta[k, j, 1] = dl[3 * j + 1, q]
+                slot_delta[k, j, 2] = dl[3 * j + 2, q]
+    for q in prange(no):
+        k = other[q]
         kind = contact_kind[k]
         was_stale = slot_active[k] == SLOT_STALE
         deep = False
@@ -1160,73 +1373,6 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
             nz = contact_normal[k, 2]
             c0 = 1.0
             c1 = -1.0
-        elif kind == KIND_VERTEX_TRIANGLE:
-            s = contact_normal[k, 0]
-            # Early out: the gap along the normal is the height over the
-            # triangle's plane; most frozen contacts are not violated, and
-            # this needs no square root.
-            e1x = pos[0, i2] - pos[0, i1]
-            e1y = pos[1, i2] - pos[1, i1]
-            e1z = pos[2, i2] - pos[2, i1]
-            e2x = pos[0, i3] - pos[0, i1]
-            e2y = pos[1, i3] - pos[1, i1]
-            e2z = pos[2, i3] - pos[2, i1]
-            mx_ = e1y * e2z - e1z * e2y
-            my_ = e1z * e2x - e1x * e2z
-            mz_ = e1x * e2y - e1y * e2x
-            hh = s * ((pos[0, i0] - pos[0, i1]) * mx_ + (pos[1, i0] - pos[1, i1]) * my_
-                      + (pos[2, i0] - pos[2, i1]) * mz_)
-            tg = contact_target[k]
-            m2 = mx_ * mx_ + my_ * my_ + mz_ * mz_
-            if hh > 0.0 and hh * hh >= tg * tg * m2:
-                slot_active[k] = SLOT_OFF
-                continue
-            deep = hh < 0.0 and hh * hh > (CONTACT_DEPTH * tg) ** 2 * m2
-            if was_stale and deep:
-                continue
-            px = pos[0, i0]
-            py = pos[1, i0]
-            pz = pos[2, i0]
-            u, v, w = _closest_on_triangle_inl(px, py, pz, pos[0, i1], pos[1, i1], pos[2, i1],
-                                           pos[0, i2], pos[1, i2], pos[2, i2], pos[0, i3], pos[1, i3], pos[2, i3])
-            qx = u * pos[0, i1] + v * pos[0, i2] + w * pos[0, i3]
-            qy = u * pos[1, i1] + v * pos[1, i2] + w * pos[1, i3]
-            qz = u * pos[2, i1] + v * pos[2, i2] + w * pos[2, i3]
-            dx = px - qx
-            dy = py - qy
-            dz = pz - qz
-            tol = VT_REACH * contact_target[k]
-            # Second early out, before the frame's square roots: beside the
-            # triangle by clearly more than tol (the test below, with the
-            # unnormalised normal m: |d x m|^2 > tol^2 |m|^2, in float64 and
-            # 1 % wide, so it only skips contacts the exact test rejects).
-            # Most frozen contacts that pass the first early out end here:
-            # each vertex keeps three triangles and is over one of them.
-            m2d = np.float64(m2)
-            if m2d > 1e-30:
-                dm = dx * mx_ + dy * my_ + dz * mz_
-                if (dx * dx + dy * dy + dz * dz) * m2d - dm * dm > 1.01 * tol * tol * m2d:
-                    slot_active[k] = SLOT_STALE if deep else SLOT_OFF
-                    continue
-            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame_inl(pos, i1, i2, i3)
-            h = dx * tnx + dy * tny + dz * tnz
-            # Only while the vertex is over the triangle: beside it (in the
-            # plane, as in cloth squeezed flat) the triangle's normal is the
-            # wrong way to push; the neighbouring triangle's contact or the
-            # edge-edge contacts hold it there.
-            tx = dx - h * tnx
-            ty = dy - h * tny
-            tz = dz - h * tnz
-            if tx * tx + ty * ty + tz * tz > tol * tol:
-                slot_active[k] = SLOT_STALE if deep else SLOT_OFF
-                continue
-            nx = s * tnx
-            ny = s * tny
-            nz = s * tnz
-            c0 = 1.0
-            c1 = -u
-            c2 = -v
-            c3 = -w
         else:
             f = contact_frame[k]
             ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame_inl(

@@ -184,3 +184,20 @@ def intersecting_triangle_pairs(positions, triangles):
     if len(tri) == 0:
         return np.zeros((0, 2), np.int64)
     return _intersecting_pairs(x, tri)
+
+
+def point_triangle_distance(p, a, b, c):
+    """Distance from points p (n, 3) to one triangle, by projecting onto the
+    plane and falling back to the three edges (not the solver's algorithm)."""
+    n = np.cross(b - a, c - a)
+    n = n / np.linalg.norm(n)
+    h = (p - a) @ n
+    q = p - np.outer(h, n)
+    inside = np.ones(len(p), bool)
+    for u, v in ((a, b), (b, c), (c, a)):
+        inside &= (np.cross(v - u, q - u) @ n) >= 0
+    best = np.where(inside, np.abs(h), np.inf)
+    for u, v in ((a, b), (b, c), (c, a)):
+        t = np.clip(((p - u) @ (v - u)) / ((v - u) @ (v - u)), 0, 1)
+        best = np.minimum(best, np.linalg.norm(p - (u + np.outer(t, v - u)), axis=1))
+    return best

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from drape.solver import SolverError
+from oracles import point_triangle_distance
+
+from drape.solver import selfcollision_kernels as sck
 from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
                                         MODE_OFF, MODE_POINT_POINT, SelfCollision, merge_meshes, triangulate)
 
@@ -508,3 +511,32 @@ def test_layered_edge_contact_predicted_from_beside_pulls_only_across_the_layer(
     y = x.copy()
     sc.solve(y, x.copy())
     assert np.abs(y - x).max() < 1e-3
+
+
+@numba.njit
+def _closest_rows_loop(p, a, b, c, out):
+    for k in range(p.shape[0]):
+        out[k, 0], out[k, 1], out[k, 2] = sck._closest_rows(
+            p[k, 0], p[k, 1], p[k, 2], a[k, 0], a[k, 1], a[k, 2], b[k, 0], b[k, 1], b[k, 2], c[k, 0], c[k, 1], c[k, 2])
+
+
+def test_branch_free_closest_point_on_a_triangle_matches_an_independent_distance():
+    # The solve's vectorised pass picks the closest point's region by
+    # selects, not branches: its point must be the closest one, for points
+    # in every Voronoi region (corners, edges, face) of random and of thin
+    # triangles, by an algorithm written apart (plane projection + edges).
+    rng = np.random.default_rng(7)
+    n_tri, per = 60, 200
+    tris = rng.normal(size=(n_tri, 3, 3)).astype(np.float32)
+    tris[:10, 2] = tris[:10, 0] + np.float32(1e-3) * (tris[:10, 1] - tris[:10, 0])  # slivers
+    tris[10:15, 2] = 0.5 * (tris[10:15, 0] + tris[10:15, 1]) + np.float32(0.01) * rng.normal(size=(5, 3))
+    for t in tris:
+        p = (t.mean(axis=0) + 1.5 * rng.normal(size=(per, 3))).astype(np.float32)
+        a, b, c = (np.repeat(t[i][None], per, axis=0) for i in range(3))
+        uvw = np.empty((per, 3), np.float32)
+        _closest_rows_loop(p, a, b, c, uvw)
+        assert np.all(uvw >= -1e-6) and np.allclose(uvw.sum(axis=1), 1.0, atol=1e-5)
+        q = uvw[:, :1] * a + uvw[:, 1:2] * b + uvw[:, 2:] * c
+        got = np.linalg.norm(p.astype(np.float64) - q, axis=1)
+        want = point_triangle_distance(p.astype(np.float64), *t.astype(np.float64))
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-5)

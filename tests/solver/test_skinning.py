@@ -1,10 +1,11 @@
 """Skinning a dense mesh onto a coarse one, checked against analytic surfaces
-and exact geometry computed here, apart from the solver."""
+and exact geometry computed apart from the solver (here and in tests/oracles.py)."""
 
 import numpy as np
 import pytest
 
 from drape.solver import skinning
+from oracles import point_triangle_distance
 
 
 def sheet(nx, ny, width=1.0, height=1.0, z=0.0):
@@ -34,26 +35,6 @@ def rigid(points, angle=0.7, axis=(1.0, 2.0, 0.5), shift=(0.3, -1.2, 2.0)):
     K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
     R = np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
     return points @ R.T + np.asarray(shift)
-
-
-# --- independent closest point (plane projection + segment clamps) ----------
-
-
-def point_triangle_distance(p, a, b, c):
-    """Distance from points p (n, 3) to one triangle, by projecting onto the
-    plane and falling back to the three edges (not the solver's algorithm)."""
-    n = np.cross(b - a, c - a)
-    n = n / np.linalg.norm(n)
-    h = (p - a) @ n
-    q = p - np.outer(h, n)
-    inside = np.ones(len(p), bool)
-    for u, v in ((a, b), (b, c), (c, a)):
-        inside &= (np.cross(v - u, q - u) @ n) >= 0
-    best = np.where(inside, np.abs(h), np.inf)
-    for u, v in ((a, b), (b, c), (c, a)):
-        t = np.clip(((p - u) @ (v - u)) / ((v - u) @ (v - u)), 0, 1)
-        best = np.minimum(best, np.linalg.norm(p - (u + np.outer(t, v - u)), axis=1))
-    return best
 
 
 # --- tests ------------------------------------------------------------------
