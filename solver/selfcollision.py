@@ -58,7 +58,12 @@ point outwards (Blender's default for a garment modelled around a body).
 
 Caching: ``cache_contacts(pos, radius=...)`` detects once with a generous
 radius and then every ``detect`` reuses those contacts (no detection at all)
-until ``clear_cache()``.
+until ``clear_cache()``. The contacts keep their features, so they hold
+layers that stay together and slide less than a triangle against each
+other (a jacket over a shirt, a lining); where the layers slide or part
+further, use live detection. On the self-collision bench's layered sheets,
+pinned along a capsule that swings 0.25 m every 0.6 s, the layers part by up
+to 28 cm and contacts cached at rest let them cross from frame 11 on.
 """
 
 import time
