@@ -1062,10 +1062,6 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
 
 # ---------------------------------------------------------------- solve
 
-# The solve's copy of the frame helper, inlined into pass 1: called there
-# as a plain function, its multi-branch tuple return cost about a fifth of
-# pass 1 on the cached layered bench (the same arithmetic).
-_tri_frame_inl = njit(inline="always", **_JIT)(_tri_frame.py_func)
 
 
 def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
@@ -1122,6 +1118,9 @@ def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
 
 
 _VT_REACH = np.float32(VT_REACH)
+_EE_REACH = np.float32(EE_REACH)
+_SEG_EPS = np.float32(1e-20)
+_SEG_DEN = np.float32(1e-12)
 _DEPTH = np.float32(CONTACT_DEPTH)
 _WSUM_MIN = np.float32(1e-20)
 _TL_MIN = np.float32(1e-12)
@@ -1198,6 +1197,159 @@ def _closest_rows(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
     return u, v, w
 
 
+@njit(inline="always", **_JIT)
+def _push_rows(p, xp, yp, zp, i, inv_mass, c, n, tg, mu):
+    """The correction of one contact lane (_vt_rows, _ee_rows, _pp_rows):
+    p = (x0, y0, z0, ..., z3) its four vertices (indices i), contact points
+    sum c_j p_j, normal n, target gap tg, friction mu. Returns (whether the
+    contact pushes: violated, with a movable vertex; then the corrections
+    of its four vertices, x, y, z each): pass 1's arithmetic for every
+    kind, branch-free. Tuples in and out: numba inlines no call with ~30
+    separate arguments, and with the stores to dl inside the helper LLVM
+    left the calling loops scalar."""
+    x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3 = p
+    i0, i1, i2, i3 = i
+    c0, c1, c2, c3 = c
+    nx, ny, nz = n
+    gap = c0 * (x0 * nx + y0 * ny + z0 * nz) + c1 * (x1 * nx + y1 * ny + z1 * nz) \
+        + c2 * (x2 * nx + y2 * ny + z2 * nz) + c3 * (x3 * nx + y3 * ny + z3 * nz)
+    C = gap - tg
+    w0 = inv_mass[i0]
+    w1 = inv_mass[i1]
+    w2 = inv_mass[i2]
+    w3 = inv_mass[i3]
+    wsum = w0 * c0 * c0 + w1 * c1 * c1 + w2 * c2 * c2 + w3 * c3 * c3
+    rw = _F32_ONE / (wsum if wsum > _WSUM_MIN else _F32_ONE)
+    lam = -C * rw
+    # Friction: the contact points' relative tangential motion over this substep.
+    ddx = c0 * (x0 - xp[i0]) + c1 * (x1 - xp[i1]) + c2 * (x2 - xp[i2]) + c3 * (x3 - xp[i3])
+    ddy = c0 * (y0 - yp[i0]) + c1 * (y1 - yp[i1]) + c2 * (y2 - yp[i2]) + c3 * (y3 - yp[i3])
+    ddz = c0 * (z0 - zp[i0]) + c1 * (z1 - zp[i1]) + c2 * (z2 - zp[i2]) + c3 * (z3 - zp[i3])
+    dn = ddx * nx + ddy * ny + ddz * nz
+    fx = ddx - dn * nx
+    fy = ddy - dn * ny
+    fz = ddz - dn * nz
+    tl = np.sqrt(fx * fx + fy * fy + fz * fz)
+    limit = mu * (-C)
+    slide = (mu > _F32_ZERO) & (tl > _TL_MIN)
+    scale = _F32_ONE if tl <= limit else limit / (tl if tl > _TL_MIN else _F32_ONE)
+    scale = scale * rw if slide else _F32_ZERO
+    gx = lam * nx - fx * scale
+    gy = lam * ny - fy * scale
+    gz = lam * nz - fz * scale
+    # No vertex moves farther than the gap the contact closes (see _pass1_impl).
+    a0, a1, a2, a3 = abs(w0 * c0), abs(w1 * c1), abs(w2 * c2), abs(w3 * c3)
+    lever = max(max(a0, a1), max(a2, a3))
+    r = wsum / lever if lever > wsum else _F32_ONE
+    gx *= r
+    gy *= r
+    gz *= r
+    return ((C < _F32_ZERO) & (wsum > _WSUM_MIN),
+            w0 * c0 * gx, w0 * c0 * gy, w0 * c0 * gz, w1 * c1 * gx, w1 * c1 * gy, w1 * c1 * gz,
+            w2 * c2 * gx, w2 * c2 * gy, w2 * c2 * gz, w3 * c3 * gx, w3 * c3 * gy, w3 * c3 * gz)
+
+
+@njit(inline="always", **_JIT)
+def _closest_segments_rows(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
+    """_closest_segments without branches (for vectorised loops), float32."""
+    d1x, d1y, d1z = bx - ax, by - ay, bz - az
+    d2x, d2y, d2z = dx - cx, dy - cy, dz - cz
+    rx, ry, rz = ax - cx, ay - cy, az - cz
+    a = d1x * d1x + d1y * d1y + d1z * d1z
+    e = d2x * d2x + d2y * d2y + d2z * d2z
+    f = d2x * rx + d2y * ry + d2z * rz
+    c = d1x * rx + d1y * ry + d1z * rz
+    b = d1x * d2x + d1y * d2y + d1z * d2z
+    pa = a > _SEG_EPS
+    pe = e > _SEG_EPS
+    ra = _F32_ONE / (a if pa else _F32_ONE)
+    re = _F32_ONE / (e if pe else _F32_ONE)
+    den = a * e - b * b
+    skew = den > _SEG_DEN * a * e
+    s = min(max((b * f - c * e) / (den if skew else _F32_ONE), _F32_ZERO), _F32_ONE) if skew else _F32_ZERO
+    t = (b * s + f) * re
+    s_lo = min(max(-c * ra, _F32_ZERO), _F32_ONE)
+    s_hi = min(max((b - c) * ra, _F32_ZERO), _F32_ONE)
+    s = s_lo if t < _F32_ZERO else (s_hi if t > _F32_ONE else s)
+    t = min(max(t, _F32_ZERO), _F32_ONE)
+    # A point for a segment: clamp the other's parameter alone.
+    s = s if pe else s_lo
+    t = t if pe else _F32_ZERO
+    t = t if pa else min(max(f * re, _F32_ZERO), _F32_ONE)
+    s = s if pa else _F32_ZERO
+    return s, t
+
+
+@njit(pipeline_class=NoAliasCompiler, **_JIT)
+def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, friction, inv_mass, slot_active,
+             st, dl):
+    """_vt_rows for the listed edge-edge contacts ee[start:end]: the stored
+    normal turned with its frame triangle, the closest points of the two
+    edges, the stale and reach tests, the correction. tri: the triangles
+    flattened (3 corners per triangle)."""
+    for q in range(np.uint64(start), np.uint64(end)):
+        k = np.uint64(ee[q])
+        i0 = np.uint64(cv[4 * k])
+        i1 = np.uint64(cv[4 * k + 1])
+        i2 = np.uint64(cv[4 * k + 2])
+        i3 = np.uint64(cv[4 * k + 3])
+        x0, y0, z0 = x[i0], y[i0], z[i0]
+        x1, y1, z1 = x[i1], y[i1], z[i1]
+        x2, y2, z2 = x[i2], y[i2], z[i2]
+        x3, y3, z3 = x[i3], y[i3], z[i3]
+        tg = target[k]
+        # The frame of the owner triangle (_tri_frame), the normal in it.
+        f = np.uint64(frame[k])
+        fa = np.uint64(tri[3 * f])
+        fb = np.uint64(tri[3 * f + 1])
+        fc = np.uint64(tri[3 * f + 2])
+        ux, uy, uz = x[fb] - x[fa], y[fb] - y[fa], z[fb] - z[fa]
+        wx, wy, wz = x[fc] - x[fa], y[fc] - y[fa], z[fc] - z[fa]
+        mx_ = uy * wz - uz * wy
+        my_ = uz * wx - ux * wz
+        mz_ = ux * wy - uy * wx
+        ln = np.sqrt(mx_ * mx_ + my_ * my_ + mz_ * mz_)
+        lu = np.sqrt(ux * ux + uy * uy + uz * uz)
+        flat = (ln < _F32_TINY) | (lu < _F32_TINY)
+        rn = _F32_ONE / (_F32_ONE if flat else ln)
+        ru = _F32_ONE / (_F32_ONE if flat else lu)
+        tnx = _F32_ZERO if flat else mx_ * rn
+        tny = _F32_ZERO if flat else my_ * rn
+        tnz = _F32_ONE if flat else mz_ * rn
+        ux = _F32_ONE if flat else ux * ru
+        uy = _F32_ZERO if flat else uy * ru
+        uz = _F32_ZERO if flat else uz * ru
+        vx = tny * uz - tnz * uy
+        vy = tnz * ux - tnx * uz
+        vz = tnx * uy - tny * ux
+        a_ = nrm[3 * k]
+        b_ = nrm[3 * k + 1]
+        n_ = nrm[3 * k + 2]
+        nx = a_ * ux + b_ * vx + n_ * tnx
+        ny = a_ * uy + b_ * vy + n_ * tny
+        nz = a_ * uz + b_ * vz + n_ * tnz
+        s, t = _closest_segments_rows(x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3)
+        c0 = _F32_ONE - s
+        c2 = t - _F32_ONE
+        ex = c0 * x0 + s * x1 + c2 * x2 - t * x3
+        ey = c0 * y0 + s * y1 + c2 * y2 - t * y3
+        ez = c0 * z0 + s * z1 + c2 * z2 - t * z3
+        eh = ex * nx + ey * ny + ez * nz
+        # Closest points apart by more than the reach across the frozen
+        # normal: the edges slid apart sideways (see _pass1_impl).
+        deep = eh < -_DEPTH * tg
+        keep_stale = (slot_active[k] == SLOT_STALE) & deep
+        tol = _EE_REACH * tg
+        beside = ex * ex + ey * ey + ez * ez - eh * eh > tol * tol
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3), xp, yp, zp, (i0, i1, i2, i3),
+                        inv_mass, (c0, s, c2, -t), (nx, ny, nz), tg, friction[k])
+        dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
+        dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
+        on = ~keep_stale & ~beside & ok
+        state = SLOT_ON if on else (SLOT_STALE if beside & deep else SLOT_OFF)
+        st[q] = _VT_UNCHANGED if keep_stale else np.uint8(state)
+
+
 @njit(pipeline_class=NoAliasCompiler, **_JIT)
 def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv_mass, slot_active, st, dl):
     """Pass 1 for the listed vertex-triangle contacts vt[start:end], one
@@ -1250,57 +1402,32 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         tz = dz - h * tnz
         tol = _VT_REACH * tg
         beside = tx * tx + ty * ty + tz * tz > tol * tol
-        nx, ny, nz = s * tnx, s * tny, s * tnz
-        c1, c2, c3 = -u, -v, -w
-        gap = (x0 * nx + y0 * ny + z0 * nz) + c1 * (x1 * nx + y1 * ny + z1 * nz) \
-            + c2 * (x2 * nx + y2 * ny + z2 * nz) + c3 * (x3 * nx + y3 * ny + z3 * nz)
-        C = gap - tg
-        w0 = inv_mass[i0]
-        w1 = inv_mass[i1]
-        w2 = inv_mass[i2]
-        w3 = inv_mass[i3]
-        wsum = w0 + w1 * c1 * c1 + w2 * c2 * c2 + w3 * c3 * c3
-        on = ~clear & ~keep_stale & ~beside & (C < _F32_ZERO) & (wsum > _WSUM_MIN)
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3), xp, yp, zp, (i0, i1, i2, i3),
+                        inv_mass, (_F32_ONE, -u, -v, -w), (s * tnx, s * tny, s * tnz), tg, friction[k])
+        dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
+        dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
+        on = ~clear & ~keep_stale & ~beside & ok
         state = SLOT_ON if on else (SLOT_STALE if beside & deep else SLOT_OFF)
         st[q] = _VT_UNCHANGED if keep_stale else np.uint8(state)
-        rw = _F32_ONE / (wsum if wsum > _WSUM_MIN else _F32_ONE)
-        lam = -C * rw
-        # Friction: the contact points' relative tangential motion over this substep.
-        mu = friction[k]
-        ddx = (x0 - xp[i0]) + c1 * (x1 - xp[i1]) + c2 * (x2 - xp[i2]) + c3 * (x3 - xp[i3])
-        ddy = (y0 - yp[i0]) + c1 * (y1 - yp[i1]) + c2 * (y2 - yp[i2]) + c3 * (y3 - yp[i3])
-        ddz = (z0 - zp[i0]) + c1 * (z1 - zp[i1]) + c2 * (z2 - zp[i2]) + c3 * (z3 - zp[i3])
-        dn = ddx * nx + ddy * ny + ddz * nz
-        fx = ddx - dn * nx
-        fy = ddy - dn * ny
-        fz = ddz - dn * nz
-        tl = np.sqrt(fx * fx + fy * fy + fz * fz)
-        limit = mu * (-C)
-        slide = (mu > _F32_ZERO) & (tl > _TL_MIN)
-        scale = _F32_ONE if tl <= limit else limit / (tl if tl > _TL_MIN else _F32_ONE)
-        scale = scale * rw if slide else _F32_ZERO
-        gx = lam * nx - fx * scale
-        gy = lam * ny - fy * scale
-        gz = lam * nz - fz * scale
-        # No vertex moves farther than the gap the contact closes (see _pass1_impl).
-        a0, a1, a2, a3 = abs(w0), abs(w1 * c1), abs(w2 * c2), abs(w3 * c3)
-        lever = max(max(a0, a1), max(a2, a3))
-        r = wsum / lever if lever > wsum else _F32_ONE
-        gx *= r
-        gy *= r
-        gz *= r
-        dl[0, q] = w0 * gx
-        dl[1, q] = w0 * gy
-        dl[2, q] = w0 * gz
-        dl[3, q] = w1 * c1 * gx
-        dl[4, q] = w1 * c1 * gy
-        dl[5, q] = w1 * c1 * gz
-        dl[6, q] = w2 * c2 * gx
-        dl[7, q] = w2 * c2 * gy
-        dl[8, q] = w2 * c2 * gz
-        dl[9, q] = w3 * c3 * gx
-        dl[10, q] = w3 * c3 * gy
-        dl[11, q] = w3 * c3 * gz
+
+
+@njit(pipeline_class=NoAliasCompiler, **_JIT)
+def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv_mass, st, dl):
+    """_vt_rows for the listed point-point contacts pp[start:end]: the
+    stored normal, no reach test (the rows' last two vertices are the
+    first two again, with weight 0)."""
+    for q in range(np.uint64(start), np.uint64(end)):
+        k = np.uint64(pp[q])
+        i0 = np.uint64(cv[4 * k])
+        i1 = np.uint64(cv[4 * k + 1])
+        x0, y0, z0 = x[i0], y[i0], z[i0]
+        x1, y1, z1 = x[i1], y[i1], z[i1]
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x0, y0, z0, x1, y1, z1), xp, yp, zp, (i0, i1, i0, i1),
+                        inv_mass, (_F32_ONE, -_F32_ONE, _F32_ZERO, _F32_ZERO),
+                        (nrm[3 * k], nrm[3 * k + 1], nrm[3 * k + 2]), target[k], friction[k])
+        dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
+        dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
+        st[q] = SLOT_ON if ok else SLOT_OFF
 
 
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
@@ -1318,29 +1445,48 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
                  contact_normal.reshape(contact_normal.size), contact_target, slot_active, sel)
     todo = np.empty(nc, np.uint32)
     nt = compact_flags(sel, todo)
-    # The listed vertex-triangle contacts go through the vectorised
-    # _vt_rows, the others (point-point, edge-edge) one at a time below.
-    vt = np.empty(nt, np.uint32)
+    # The listed contacts by kind, each kind through its vectorised pass:
+    # rows[:nv] vertex-triangle (_vt_rows), rows[nv:nv + ne] edge-edge
+    # (_ee_rows), the rest point-point (_pp_rows).
+    rows = np.empty(nt, np.uint32)
     other = np.empty(nt, np.uint32)
     nv = 0
     no = 0
     for q in range(nt):
         k = todo[q]
         is_vt = contact_kind[k] == KIND_VERTEX_TRIANGLE
-        vt[nv] = k
+        rows[nv] = k
         other[no] = k
         nv += 1 if is_vt else 0
         no += 0 if is_vt else 1
-    st = np.empty(nv, np.uint8)
-    dl = np.empty((12, nv), np.float32)
+    ne = 0
+    npp = 0
+    for q in range(no):
+        k = other[q]
+        is_ee = contact_kind[k] == KIND_EDGE_EDGE
+        rows[nv + ne] = k
+        other[npp] = k
+        ne += 1 if is_ee else 0
+        npp += 0 if is_ee else 1
+    rows[nv + ne:nt] = other[:npp]
+    st = np.empty(nt, np.uint8)
+    dl = np.empty((12, nt), np.float32)
     cvf = contact_vertex.reshape(contact_vertex.size)
     nrf = contact_normal.reshape(contact_normal.size)
     for c in prange((nv + _VT_CHUNK - 1) // _VT_CHUNK):
-        _vt_rows(vt, c * _VT_CHUNK, min(nv, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+        _vt_rows(rows, c * _VT_CHUNK, min(nv, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction,
                  inv_mass, slot_active, st, dl)
-    for q in prange(nv):
-        k = vt[q]
+    for c in prange((ne + _VT_CHUNK - 1) // _VT_CHUNK):
+        _ee_rows(rows, nv + c * _VT_CHUNK, nv + min(ne, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+                 prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_frame, triangles.reshape(triangles.size),
+                 contact_target, contact_friction, inv_mass, slot_active, st, dl)
+    for c in prange((npp + _VT_CHUNK - 1) // _VT_CHUNK):
+        _pp_rows(rows, nv + ne + c * _VT_CHUNK, nv + ne + min(npp, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+                 prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction, inv_mass,
+                 st, dl)
+    for q in prange(nt):
+        k = rows[q]
         state = st[q]
         if state == _VT_UNCHANGED:
             continue
@@ -1350,129 +1496,6 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
                 slot_delta[k, j, 0] = dl[3 * j, q]
                 slot_delta[k, j, 1] = dl[3 * j + 1, q]
                 slot_delta[k, j, 2] = dl[3 * j + 2, q]
-    for q in prange(no):
-        k = other[q]
-        kind = contact_kind[k]
-        was_stale = slot_active[k] == SLOT_STALE
-        deep = False
-        # Unsigned: numba adds a negative-index fix-up to every signed index.
-        i0 = np.uint64(contact_vertex[k, 0])
-        i1 = np.uint64(contact_vertex[k, 1])
-        i2 = np.uint64(contact_vertex[k, 2])
-        i3 = np.uint64(contact_vertex[k, 3])
-        c0 = 0.0
-        c1 = 0.0
-        c2 = 0.0
-        c3 = 0.0
-        nx = 0.0
-        ny = 0.0
-        nz = 0.0
-        if kind == KIND_POINT_POINT:
-            nx = contact_normal[k, 0]
-            ny = contact_normal[k, 1]
-            nz = contact_normal[k, 2]
-            c0 = 1.0
-            c1 = -1.0
-        else:
-            f = contact_frame[k]
-            ux, uy, uz, vx, vy, vz, tnx, tny, tnz = _tri_frame_inl(
-                pos, triangles[f, 0], triangles[f, 1], triangles[f, 2])
-            a_ = contact_normal[k, 0]
-            b_ = contact_normal[k, 1]
-            n_ = contact_normal[k, 2]
-            nx = a_ * ux + b_ * vx + n_ * tnx
-            ny = a_ * uy + b_ * vy + n_ * tny
-            nz = a_ * uz + b_ * vz + n_ * tnz
-            s, t = _closest_segments(pos[0, i0], pos[1, i0], pos[2, i0], pos[0, i1], pos[1, i1], pos[2, i1],
-                                     pos[0, i2], pos[1, i2], pos[2, i2], pos[0, i3], pos[1, i3], pos[2, i3])
-            c0 = 1.0 - s
-            c1 = s
-            c2 = -(1.0 - t)
-            c3 = -t
-            # Like a vertex beside its triangle: closest points apart by more
-            # than the reach across the frozen normal make a stale contact
-            # (the edges slid apart sideways since detection), however
-            # negative the gap along that normal looks.
-            ex = c0 * pos[0, i0] + c1 * pos[0, i1] + c2 * pos[0, i2] + c3 * pos[0, i3]
-            ey = c0 * pos[1, i0] + c1 * pos[1, i1] + c2 * pos[1, i2] + c3 * pos[1, i3]
-            ez = c0 * pos[2, i0] + c1 * pos[2, i1] + c2 * pos[2, i2] + c3 * pos[2, i3]
-            eh = ex * nx + ey * ny + ez * nz
-            deep = eh < -CONTACT_DEPTH * contact_target[k]
-            if was_stale and deep:
-                continue
-            tol = EE_REACH * contact_target[k]
-            if ex * ex + ey * ey + ez * ez - eh * eh > tol * tol:
-                slot_active[k] = SLOT_STALE if deep else SLOT_OFF
-                continue
-        # Relative position along n of the contact points.
-        gap = c0 * (pos[0, i0] * nx + pos[1, i0] * ny + pos[2, i0] * nz) \
-            + c1 * (pos[0, i1] * nx + pos[1, i1] * ny + pos[2, i1] * nz)
-        if kind != KIND_POINT_POINT:
-            gap += c2 * (pos[0, i2] * nx + pos[1, i2] * ny + pos[2, i2] * nz) \
-                + c3 * (pos[0, i3] * nx + pos[1, i3] * ny + pos[2, i3] * nz)
-        C = gap - contact_target[k]
-        w0 = inv_mass[i0]
-        w1 = inv_mass[i1]
-        w2 = 0.0
-        w3 = 0.0
-        if kind != KIND_POINT_POINT:
-            w2 = inv_mass[i2]
-            w3 = inv_mass[i3]
-        wsum = w0 * c0 * c0 + w1 * c1 * c1 + w2 * c2 * c2 + w3 * c3 * c3
-        if C >= 0.0 or wsum <= 1e-20:
-            slot_active[k] = SLOT_OFF
-            continue
-        slot_active[k] = SLOT_ON
-        lam = -C / wsum
-        # Friction: relative tangential motion of the contact points over this substep.
-        mu = contact_friction[k]
-        fx = 0.0
-        fy = 0.0
-        fz = 0.0
-        if mu > 0.0:
-            dx = c0 * (pos[0, i0] - prev_pos[0, i0]) + c1 * (pos[0, i1] - prev_pos[0, i1])
-            dy = c0 * (pos[1, i0] - prev_pos[1, i0]) + c1 * (pos[1, i1] - prev_pos[1, i1])
-            dz = c0 * (pos[2, i0] - prev_pos[2, i0]) + c1 * (pos[2, i1] - prev_pos[2, i1])
-            if kind != KIND_POINT_POINT:
-                dx += c2 * (pos[0, i2] - prev_pos[0, i2]) + c3 * (pos[0, i3] - prev_pos[0, i3])
-                dy += c2 * (pos[1, i2] - prev_pos[1, i2]) + c3 * (pos[1, i3] - prev_pos[1, i3])
-                dz += c2 * (pos[2, i2] - prev_pos[2, i2]) + c3 * (pos[2, i3] - prev_pos[2, i3])
-            dn = dx * nx + dy * ny + dz * nz
-            tx = dx - dn * nx
-            ty = dy - dn * ny
-            tz = dz - dn * nz
-            tl = np.sqrt(tx * tx + ty * ty + tz * tz)
-            limit = mu * (-C)
-            if tl > 1e-12:
-                scale = 1.0 if tl <= limit else limit / tl
-                fx = -tx * scale / wsum
-                fy = -ty * scale / wsum
-                fz = -tz * scale / wsum
-        gx = lam * nx + fx
-        gy = lam * ny + fy
-        gz = lam * nz + fz
-        # No vertex moves farther than the gap the contact closes: a contact
-        # point near a pinned end (an edge hanging from a waist) otherwise
-        # moves the free end |C| / s, on a lever (0.12 m in one substep on
-        # the demo's skirts). The contact resolves over a few substeps.
-        lever = max(abs(w0 * c0), abs(w1 * c1), abs(w2 * c2), abs(w3 * c3))
-        if lever > wsum:
-            r = wsum / lever
-            gx *= r
-            gy *= r
-            gz *= r
-        slot_delta[k, 0, 0] = w0 * c0 * gx
-        slot_delta[k, 0, 1] = w0 * c0 * gy
-        slot_delta[k, 0, 2] = w0 * c0 * gz
-        slot_delta[k, 1, 0] = w1 * c1 * gx
-        slot_delta[k, 1, 1] = w1 * c1 * gy
-        slot_delta[k, 1, 2] = w1 * c1 * gz
-        slot_delta[k, 2, 0] = w2 * c2 * gx
-        slot_delta[k, 2, 1] = w2 * c2 * gy
-        slot_delta[k, 2, 2] = w2 * c2 * gz
-        slot_delta[k, 3, 0] = w3 * c3 * gx
-        slot_delta[k, 3, 1] = w3 * c3 * gy
-        slot_delta[k, 3, 2] = w3 * c3 * gz
     return todo, nt
 
 

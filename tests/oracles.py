@@ -201,3 +201,30 @@ def point_triangle_distance(p, a, b, c):
         t = np.clip(((p - u) @ (v - u)) / ((v - u) @ (v - u)), 0, 1)
         best = np.minimum(best, np.linalg.norm(p - (u + np.outer(t, v - u)), axis=1))
     return best
+
+
+def segment_segment_distance(p0, p1, q0, q1):
+    """Distance between segments p0p1 and q0q1 (each (n, 3)): the smaller
+    of the interior critical point of |p(s) - q(t)|^2 (when it lies in the
+    unit square) and the four end point to segment distances (not the
+    solver's clamping algorithm)."""
+    def point_segment(x, a, b):
+        ab = b - a
+        den = np.einsum("ij,ij->i", ab, ab)
+        t = np.clip(np.einsum("ij,ij->i", x - a, ab) / np.where(den > 0, den, 1.0), 0.0, 1.0)
+        return np.linalg.norm(x - (a + t[:, None] * ab), axis=1)
+    best = np.minimum.reduce([point_segment(p0, q0, q1), point_segment(p1, q0, q1),
+                              point_segment(q0, p0, p1), point_segment(q1, p0, p1)])
+    d1, d2, r = p1 - p0, q1 - q0, p0 - q0
+    a = np.einsum("ij,ij->i", d1, d1)
+    b = np.einsum("ij,ij->i", d1, d2)
+    e = np.einsum("ij,ij->i", d2, d2)
+    c = np.einsum("ij,ij->i", d1, r)
+    f = np.einsum("ij,ij->i", d2, r)
+    den = a * e - b * b
+    ok = den > 1e-12 * np.maximum(a * e, 1e-300)
+    s = np.where(ok, (b * f - c * e) / np.where(ok, den, 1.0), -1.0)
+    t = np.where(ok, (a * f - b * c) / np.where(ok, den, 1.0), -1.0)
+    inside = ok & (s >= 0) & (s <= 1) & (t >= 0) & (t <= 1)
+    interior = np.linalg.norm((p0 + s[:, None] * d1) - (q0 + t[:, None] * d2), axis=1)
+    return np.where(inside, np.minimum(best, interior), best)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from drape.solver import SolverError
-from oracles import point_triangle_distance
+from oracles import point_triangle_distance, segment_segment_distance
 
 from drape.solver import selfcollision_kernels as sck
 from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
@@ -540,3 +540,33 @@ def test_branch_free_closest_point_on_a_triangle_matches_an_independent_distance
         got = np.linalg.norm(p.astype(np.float64) - q, axis=1)
         want = point_triangle_distance(p.astype(np.float64), *t.astype(np.float64))
         assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@numba.njit
+def _closest_segments_rows_loop(p0, p1, q0, q1, out):
+    for k in range(p0.shape[0]):
+        out[k, 0], out[k, 1] = sck._closest_segments_rows(
+            p0[k, 0], p0[k, 1], p0[k, 2], p1[k, 0], p1[k, 1], p1[k, 2],
+            q0[k, 0], q0[k, 1], q0[k, 2], q1[k, 0], q1[k, 1], q1[k, 2])
+
+
+def test_branch_free_closest_points_of_two_segments_match_an_independent_distance():
+    # The solve's vectorised edge-edge pass: its closest points must be the
+    # closest ones for skew, crossing, parallel and point-like segments, by
+    # an algorithm written apart (critical point + end point distances).
+    rng = np.random.default_rng(11)
+    n = 4000
+    p0, p1, q0, q1 = (rng.normal(size=(n, 3)).astype(np.float32) for _ in range(4))
+    q1[:500] = q0[:500] + np.float32(2.0) * (p1[:500] - p0[:500])      # parallel
+    p1[500:600] = p0[500:600]                                           # a point
+    q1[600:700] = q0[600:700]                                           # a point
+    p1[700:750] = p0[700:750]
+    q1[700:750] = q0[700:750]                                           # two points
+    st = np.empty((n, 2), np.float32)
+    _closest_segments_rows_loop(p0, p1, q0, q1, st)
+    assert np.all((st >= 0) & (st <= 1))
+    s, t = st[:, :1].astype(np.float64), st[:, 1:].astype(np.float64)
+    a, b, c, d = (v.astype(np.float64) for v in (p0, p1, q0, q1))
+    got = np.linalg.norm((a + s * (b - a)) - (c + t * (d - c)), axis=1)
+    want = segment_segment_distance(a, b, c, d)
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
