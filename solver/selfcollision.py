@@ -404,6 +404,7 @@ class SelfCollision:
         self.contact_friction = self._out_friction[:count]
         self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
         self._slot_active = np.zeros(count, dtype=np.uint8)
+        self._filter_rows = _k.filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
         self._vertex_list, self._vertex_slot_start, self._vertex_slot = _k.build_vertex_slots(
             self.contact_vertex, self.contact_kind, self.n)
 
@@ -528,7 +529,7 @@ class SelfCollision:
         change with every detect: take them again after each ``detect``."""
         return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._vertex_list, self._acc)
+                self._slot_delta, self._slot_active, self._filter_rows, self._vertex_list, self._acc)
 
     def solve(self, pos, prev_pos):
         """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""
@@ -537,7 +538,7 @@ class SelfCollision:
         t0 = time.perf_counter()
         args = (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._vertex_list)
+                self._slot_delta, self._slot_active, self._filter_rows, self._vertex_list)
         if self.parallel:
             _k.solve_parallel(pos, prev_pos, *args, self._vertex_slot_start, self._vertex_slot)
         else:

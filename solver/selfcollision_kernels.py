@@ -1065,10 +1065,10 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
 
 
 def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                triangles, contact_target, contact_friction, slot_delta, slot_active,
+                triangles, contact_target, contact_friction, slot_delta, slot_active, frows,
                 vertex_list, vertex_slot_start, vertex_slot):
     _pass1_parallel(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                    triangles, contact_target, contact_friction, slot_delta, slot_active)
+                    triangles, contact_target, contact_friction, slot_delta, slot_active, frows)
     _gather(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot)
 
 
@@ -1080,24 +1080,22 @@ _DEPTH2 = np.float32(CONTACT_DEPTH * CONTACT_DEPTH)
 
 
 @njit(pipeline_class=NoAliasCompiler, **_JIT)
-def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
+def _plane_flags(x, y, z, r0, r1, r2, r3, side, target, slot_active, sel):
     """sel[k] = 0 for a vertex-triangle contact that pass 1 would leave at
     once: its vertex clearly on its side of the triangle's plane (switched
     off here), or a stale contact still deep behind it (left as it is);
-    else 1. cv, normal: contact_vertex and contact_normal flattened. The
-    tests of pass 1, branch-free, on 1-D rows: LLVM vectorises it (AVX-512
-    gathers). On the cached layered bench 60% of the contacts end at the
-    first test and a quarter are stale; pass 1 took that three-way split
-    one contact at a time, this pass in ~4 ns per contact."""
-    nc = np.uint64(kind.shape[0])
+    else 1. r0..r3, side: the rows of filter_rows (contiguous: only x, y, z
+    are gathered). The tests of pass 1, branch-free, on 1-D rows: LLVM
+    vectorises it (AVX-512 gathers). On the cached layered bench 60% of the
+    contacts end at the first test and a quarter are stale; pass 1 took
+    that three-way split one contact at a time, this pass in ~4 ns per
+    contact."""
+    nc = np.uint64(target.shape[0])
     for k in range(nc):
-        vt = kind[k] == KIND_VERTEX_TRIANGLE
-        # Other kinds are listed; a point-point row holds -1 in its last
-        # two slots, so its own vertices are read in their place (unused).
-        i0 = np.uint64(cv[4 * k])
-        i1 = np.uint64(cv[4 * k + 1])
-        i2 = np.uint64(cv[4 * k + 2]) if vt else i0
-        i3 = np.uint64(cv[4 * k + 3]) if vt else i1
+        i0 = np.uint64(r0[k])
+        i1 = np.uint64(r1[k])
+        i2 = np.uint64(r2[k])
+        i3 = np.uint64(r3[k])
         x1, y1, z1 = x[i1], y[i1], z[i1]
         e1x = x[i2] - x1
         e1y = y[i2] - y1
@@ -1108,13 +1106,32 @@ def _plane_flags(x, y, z, cv, kind, normal, target, slot_active, sel):
         mx_ = e1y * e2z - e1z * e2y
         my_ = e1z * e2x - e1x * e2z
         mz_ = e1x * e2y - e1y * e2x
-        hh = normal[3 * k] * ((x[i0] - x1) * mx_ + (y[i0] - y1) * my_ + (z[i0] - z1) * mz_)
+        # side 0 (other kinds): hh = 0, never clear nor deep: listed.
+        hh = np.float32(side[k]) * ((x[i0] - x1) * mx_ + (y[i0] - y1) * my_ + (z[i0] - z1) * mz_)
         tg = target[k]
         lim = _FILTER_ROOM * (tg * tg) * (mx_ * mx_ + my_ * my_ + mz_ * mz_)
-        clear = vt & (hh > _F32_ZERO) & (hh * hh >= lim)
-        stale_deep = vt & (slot_active[k] == SLOT_STALE) & (hh < _F32_ZERO) & (hh * hh > _DEPTH2 * lim)
+        clear = (hh > _F32_ZERO) & (hh * hh >= lim)
+        stale_deep = (slot_active[k] == SLOT_STALE) & (hh < _F32_ZERO) & (hh * hh > _DEPTH2 * lim)
         slot_active[k] = SLOT_OFF if clear else slot_active[k]
         sel[k] = 0 if clear | stale_deep else 1
+
+
+@njit(**_JIT)
+def filter_rows(contact_vertex, contact_kind, contact_normal):
+    """(5, nc) int32 for _plane_flags, once per detect: the four vertex
+    slots as rows, and the side (+-1) of each vertex-triangle contact (0
+    for the other kinds, whose slots 2 and 3 repeat 0 and 1: valid
+    indices, read but unused)."""
+    nc = contact_kind.shape[0]
+    out = np.empty((5, nc), np.int32)
+    for k in range(nc):
+        vt = contact_kind[k] == KIND_VERTEX_TRIANGLE
+        out[0, k] = contact_vertex[k, 0]
+        out[1, k] = contact_vertex[k, 1]
+        out[2, k] = contact_vertex[k, 2] if vt else contact_vertex[k, 0]
+        out[3, k] = contact_vertex[k, 3] if vt else contact_vertex[k, 1]
+        out[4, k] = (1 if contact_normal[k, 0] > 0.0 else -1) if vt else 0
+    return out
 
 
 _VT_REACH = np.float32(VT_REACH)
@@ -1431,7 +1448,7 @@ def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
 
 
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                triangles, contact_target, contact_friction, slot_delta, slot_active):
+                triangles, contact_target, contact_friction, slot_delta, slot_active, frows):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
     # as it is now (nobody writes pos during this pass). slot_active[k] also
     # carries the contact's state from the last substep (SLOT_STALE).
@@ -1441,8 +1458,8 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     nc = contact_kind.shape[0]
     sel = np.empty((nc + 7) // 8 * 8, np.uint8)
     sel[nc:] = 0
-    _plane_flags(pos[0], pos[1], pos[2], contact_vertex.reshape(contact_vertex.size), contact_kind,
-                 contact_normal.reshape(contact_normal.size), contact_target, slot_active, sel)
+    _plane_flags(pos[0], pos[1], pos[2], frows[0], frows[1], frows[2], frows[3], frows[4], contact_target,
+                 slot_active, sel)
     todo = np.empty(nc, np.uint32)
     nt = compact_flags(sel, todo)
     # The listed contacts by kind, each kind through its vectorised pass:
@@ -1566,10 +1583,11 @@ solve_parallel = njit(**_JIT)(_solve_impl)
 
 
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                       triangles, contact_target, contact_friction, slot_delta, slot_active,
+                       triangles, contact_target, contact_friction, slot_delta, slot_active, frows,
                        vertex_list, acc):
     todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
-                             contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active)
+                             contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
+                             frows)
     _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list, todo, nt)
 
 
