@@ -129,25 +129,29 @@ def _closest_on_triangle(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
     return 1.0 - v - w, v, w
 
 
+@njit(inline="always", **_JIT)
+def _segment_dots(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
+    """For segments ab and cd: |b-a|^2, (b-a).(d-c), (b-a).(a-c), |d-c|^2,
+    (d-c).(a-c) (Ericson's a, b, c, e, f)."""
+    d1x, d1y, d1z = bx - ax, by - ay, bz - az
+    d2x, d2y, d2z = dx - cx, dy - cy, dz - cz
+    rx, ry, rz = ax - cx, ay - cy, az - cz
+    return (d1x * d1x + d1y * d1y + d1z * d1z, d1x * d2x + d1y * d2y + d1z * d2z,
+            d1x * rx + d1y * ry + d1z * rz, d2x * d2x + d2y * d2y + d2z * d2z, d2x * rx + d2y * ry + d2z * rz)
+
+
 @njit(**_JIT)
 def _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
     """Parameters (s, t) of the closest points a + s(b-a), c + t(d-c)
     (Ericson 5.1.9), clamped to the segments."""
-    d1x, d1y, d1z = bx - ax, by - ay, bz - az
-    d2x, d2y, d2z = dx - cx, dy - cy, dz - cz
-    rx, ry, rz = ax - cx, ay - cy, az - cz
-    a = d1x * d1x + d1y * d1y + d1z * d1z
-    e = d2x * d2x + d2y * d2y + d2z * d2z
-    f = d2x * rx + d2y * ry + d2z * rz
+    a, b, c, e, f = _segment_dots(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz)
     eps = 1e-20
     if a <= eps and e <= eps:
         return 0.0, 0.0
     if a <= eps:
         return 0.0, min(max(f / e, 0.0), 1.0)
-    c = d1x * rx + d1y * ry + d1z * rz
     if e <= eps:
         return min(max(-c / a, 0.0), 1.0), 0.0
-    b = d1x * d2x + d1y * d2y + d1z * d2z
     den = a * e - b * b
     if den > 1e-12 * a * e:
         s = min(max((b * f - c * e) / den, 0.0), 1.0)
@@ -1148,6 +1152,12 @@ _VT_CHUNK = 256
 
 
 @njit(inline="always", **_JIT)
+def _pick(cond, u, v, w, nu, nv, nw):
+    """(nu, nv, nw) where cond holds, else (u, v, w): selects, no branch."""
+    return (nu if cond else u), (nv if cond else v), (nw if cond else w)
+
+
+@njit(inline="always", **_JIT)
 def _closest_rows(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
     """_closest_on_triangle without branches (for vectorised loops): every
     region's answer is computed and the first region that holds, in
@@ -1176,42 +1186,38 @@ def _closest_rows(px, py, pz, ax, ay, az, bx, by, bz, cx, cy, cz):
     # Edge bc.
     e43 = d4 - d3
     e56 = d5 - d6
-    on_bc = (va <= _F32_ZERO) & (e43 >= _F32_ZERO) & (e56 >= _F32_ZERO)
     sbc = e43 + e56
     tbc = e43 / (sbc if sbc > _F32_ZERO else _F32_ONE)
-    u = _F32_ZERO if on_bc else u
-    v = _F32_ONE - tbc if on_bc else v
-    w = tbc if on_bc else w
+    u, v, w = _pick((va <= _F32_ZERO) & (e43 >= _F32_ZERO) & (e56 >= _F32_ZERO), u, v, w,
+                    _F32_ZERO, _F32_ONE - tbc, tbc)
     # Edge ac.
-    on_ac = (vb <= _F32_ZERO) & (d2 >= _F32_ZERO) & (d6 <= _F32_ZERO)
     sac = d2 - d6
     tac = d2 / (sac if sac > _F32_ZERO else _F32_ONE)
-    u = _F32_ONE - tac if on_ac else u
-    v = _F32_ZERO if on_ac else v
-    w = tac if on_ac else w
+    u, v, w = _pick((vb <= _F32_ZERO) & (d2 >= _F32_ZERO) & (d6 <= _F32_ZERO), u, v, w,
+                    _F32_ONE - tac, _F32_ZERO, tac)
     # Corner c.
-    at_c = (d6 >= _F32_ZERO) & (d5 <= d6)
-    u = _F32_ZERO if at_c else u
-    v = _F32_ZERO if at_c else v
-    w = _F32_ONE if at_c else w
+    u, v, w = _pick((d6 >= _F32_ZERO) & (d5 <= d6), u, v, w, _F32_ZERO, _F32_ZERO, _F32_ONE)
     # Edge ab.
-    on_ab = (vc <= _F32_ZERO) & (d1 >= _F32_ZERO) & (d3 <= _F32_ZERO)
     sab = d1 - d3
     tab = d1 / (sab if sab > _F32_ZERO else _F32_ONE)
-    u = _F32_ONE - tab if on_ab else u
-    v = tab if on_ab else v
-    w = _F32_ZERO if on_ab else w
+    u, v, w = _pick((vc <= _F32_ZERO) & (d1 >= _F32_ZERO) & (d3 <= _F32_ZERO), u, v, w,
+                    _F32_ONE - tab, tab, _F32_ZERO)
     # Corner b.
-    at_b = (d3 >= _F32_ZERO) & (d4 <= d3)
-    u = _F32_ZERO if at_b else u
-    v = _F32_ONE if at_b else v
-    w = _F32_ZERO if at_b else w
+    u, v, w = _pick((d3 >= _F32_ZERO) & (d4 <= d3), u, v, w, _F32_ZERO, _F32_ONE, _F32_ZERO)
     # Corner a.
-    at_a = (d1 <= _F32_ZERO) & (d2 <= _F32_ZERO)
-    u = _F32_ONE if at_a else u
-    v = _F32_ZERO if at_a else v
-    w = _F32_ZERO if at_a else w
+    u, v, w = _pick((d1 <= _F32_ZERO) & (d2 <= _F32_ZERO), u, v, w, _F32_ONE, _F32_ZERO, _F32_ZERO)
     return u, v, w
+
+
+@njit(inline="always", **_JIT)
+def _lane_vertices(cv, k, x, y, z):
+    """A contact lane's four vertex indices (unsigned) and their positions,
+    (x0, y0, z0, ..., z3); cv: contact_vertex flattened."""
+    i0 = np.uint64(cv[4 * k])
+    i1 = np.uint64(cv[4 * k + 1])
+    i2 = np.uint64(cv[4 * k + 2])
+    i3 = np.uint64(cv[4 * k + 3])
+    return (i0, i1, i2, i3), (x[i0], y[i0], z[i0], x[i1], y[i1], z[i1], x[i2], y[i2], z[i2], x[i3], y[i3], z[i3])
 
 
 @njit(inline="always", **_JIT)
@@ -1269,14 +1275,7 @@ def _push_rows(p, xp, yp, zp, i, inv_mass, c, n, tg, mu):
 @njit(inline="always", **_JIT)
 def _closest_segments_rows(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
     """_closest_segments without branches (for vectorised loops), float32."""
-    d1x, d1y, d1z = bx - ax, by - ay, bz - az
-    d2x, d2y, d2z = dx - cx, dy - cy, dz - cz
-    rx, ry, rz = ax - cx, ay - cy, az - cz
-    a = d1x * d1x + d1y * d1y + d1z * d1z
-    e = d2x * d2x + d2y * d2y + d2z * d2z
-    f = d2x * rx + d2y * ry + d2z * rz
-    c = d1x * rx + d1y * ry + d1z * rz
-    b = d1x * d2x + d1y * d2y + d1z * d2z
+    a, b, c, e, f = _segment_dots(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz)
     pa = a > _SEG_EPS
     pe = e > _SEG_EPS
     ra = _F32_ONE / (a if pa else _F32_ONE)
@@ -1306,14 +1305,8 @@ def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, f
     flattened (3 corners per triangle)."""
     for q in range(np.uint64(start), np.uint64(end)):
         k = np.uint64(ee[q])
-        i0 = np.uint64(cv[4 * k])
-        i1 = np.uint64(cv[4 * k + 1])
-        i2 = np.uint64(cv[4 * k + 2])
-        i3 = np.uint64(cv[4 * k + 3])
-        x0, y0, z0 = x[i0], y[i0], z[i0]
-        x1, y1, z1 = x[i1], y[i1], z[i1]
-        x2, y2, z2 = x[i2], y[i2], z[i2]
-        x3, y3, z3 = x[i3], y[i3], z[i3]
+        i, p = _lane_vertices(cv, k, x, y, z)
+        x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3 = p
         tg = target[k]
         # The frame of the owner triangle (_tri_frame), the normal in it.
         f = np.uint64(frame[k])
@@ -1358,8 +1351,8 @@ def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, f
         keep_stale = (slot_active[k] == SLOT_STALE) & deep
         tol = _EE_REACH * tg
         beside = ex * ex + ey * ey + ez * ez - eh * eh > tol * tol
-        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3), xp, yp, zp, (i0, i1, i2, i3),
-                        inv_mass, (c0, s, c2, -t), (nx, ny, nz), tg, friction[k])
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows(
+            p, xp, yp, zp, i, inv_mass, (c0, s, c2, -t), (nx, ny, nz), tg, friction[k])
         dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
         dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
         on = ~keep_stale & ~beside & ok
@@ -1380,14 +1373,8 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
     flattened."""
     for q in range(np.uint64(start), np.uint64(end)):
         k = np.uint64(vt[q])
-        i0 = np.uint64(cv[4 * k])
-        i1 = np.uint64(cv[4 * k + 1])
-        i2 = np.uint64(cv[4 * k + 2])
-        i3 = np.uint64(cv[4 * k + 3])
-        x0, y0, z0 = x[i0], y[i0], z[i0]
-        x1, y1, z1 = x[i1], y[i1], z[i1]
-        x2, y2, z2 = x[i2], y[i2], z[i2]
-        x3, y3, z3 = x[i3], y[i3], z[i3]
+        i, p = _lane_vertices(cv, k, x, y, z)
+        x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3 = p
         s = nrm[3 * k]
         tg = target[k]
         # The height over the triangle's plane (times |m|): clear of it, or deep behind it.
@@ -1419,8 +1406,8 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         tz = dz - h * tnz
         tol = _VT_REACH * tg
         beside = tx * tx + ty * ty + tz * tz > tol * tol
-        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3), xp, yp, zp, (i0, i1, i2, i3),
-                        inv_mass, (_F32_ONE, -u, -v, -w), (s * tnx, s * tny, s * tnz), tg, friction[k])
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows(
+            p, xp, yp, zp, i, inv_mass, (_F32_ONE, -u, -v, -w), (s * tnx, s * tny, s * tnz), tg, friction[k])
         dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
         dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
         on = ~clear & ~keep_stale & ~beside & ok
@@ -1439,9 +1426,10 @@ def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         i1 = np.uint64(cv[4 * k + 1])
         x0, y0, z0 = x[i0], y[i0], z[i0]
         x1, y1, z1 = x[i1], y[i1], z[i1]
-        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows((x0, y0, z0, x1, y1, z1, x0, y0, z0, x1, y1, z1), xp, yp, zp, (i0, i1, i0, i1),
-                        inv_mass, (_F32_ONE, -_F32_ONE, _F32_ZERO, _F32_ZERO),
-                        (nrm[3 * k], nrm[3 * k + 1], nrm[3 * k + 2]), target[k], friction[k])
+        ok, d0, d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11 = _push_rows(
+            (x0, y0, z0, x1, y1, z1, x0, y0, z0, x1, y1, z1), xp, yp, zp, (i0, i1, i0, i1), inv_mass,
+            (_F32_ONE, -_F32_ONE, _F32_ZERO, _F32_ZERO), (nrm[3 * k], nrm[3 * k + 1], nrm[3 * k + 2]),
+            target[k], friction[k])
         dl[0, q], dl[1, q], dl[2, q], dl[3, q], dl[4, q], dl[5, q] = d0, d1, d2, d3, d4, d5
         dl[6, q], dl[7, q], dl[8, q], dl[9, q], dl[10, q], dl[11, q] = d6, d7, d8, d9, d10, d11
         st[q] = SLOT_ON if ok else SLOT_OFF
