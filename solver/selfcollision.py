@@ -536,9 +536,7 @@ class SelfCollision:
         if self.count == 0:
             return
         t0 = time.perf_counter()
-        args = (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
-                self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._filter_rows, self._vertex_list)
+        args = self.solve_args()[:-1]   # all but the serial solve's sums
         if self.parallel:
             _k.solve_parallel(pos, prev_pos, *args, self._vertex_slot_start, self._vertex_slot)
         else:

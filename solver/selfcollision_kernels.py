@@ -1146,9 +1146,9 @@ _DEPTH = np.float32(CONTACT_DEPTH)
 _WSUM_MIN = np.float32(1e-20)
 _TL_MIN = np.float32(1e-12)
 _VT_UNCHANGED = np.uint8(3)
-# Listed vertex-triangle contacts per call of _vt_rows (a parallel pass 1
-# hands each thread whole chunks).
-_VT_CHUNK = 256
+# Listed contacts per call of a row pass (_vt_rows, _ee_rows, _pp_rows): a
+# parallel pass 1 hands each thread whole chunks.
+_ROWS_CHUNK = 256
 
 
 @njit(inline="always", **_JIT)
@@ -1260,7 +1260,10 @@ def _push_rows(p, xp, yp, zp, i, inv_mass, c, n, tg, mu):
     gx = lam * nx - fx * scale
     gy = lam * ny - fy * scale
     gz = lam * nz - fz * scale
-    # No vertex moves farther than the gap the contact closes (see _pass1_impl).
+    # No vertex moves farther than the gap the contact closes: a contact
+    # point near a pinned end (an edge hanging from a waist) otherwise moves
+    # the free end |C| / s, on a lever (0.12 m in one substep on the demo's
+    # skirts). The contact resolves over a few substeps.
     a0, a1, a2, a3 = abs(w0 * c0), abs(w1 * c1), abs(w2 * c2), abs(w3 * c3)
     lever = max(max(a0, a1), max(a2, a3))
     r = wsum / lever if lever > wsum else _F32_ONE
@@ -1345,8 +1348,10 @@ def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, f
         ey = c0 * y0 + s * y1 + c2 * y2 - t * y3
         ez = c0 * z0 + s * z1 + c2 * z2 - t * z3
         eh = ex * nx + ey * ny + ez * nz
-        # Closest points apart by more than the reach across the frozen
-        # normal: the edges slid apart sideways (see _pass1_impl).
+        # Like a vertex beside its triangle: closest points apart by more
+        # than the reach across the frozen normal make a stale contact (the
+        # edges slid apart sideways since detection), however negative the
+        # gap along that normal looks.
         deep = eh < -_DEPTH * tg
         keep_stale = (slot_active[k] == SLOT_STALE) & deep
         tol = _EE_REACH * tg
@@ -1388,7 +1393,10 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         clear = (hh > _F32_ZERO) & (hh * hh >= tg * tg * m2)
         deep = (hh < _F32_ZERO) & (hh * hh > (_DEPTH * tg) * (_DEPTH * tg) * m2)
         keep_stale = (slot_active[k] == SLOT_STALE) & deep
-        # Over the triangle (within the reach beside it)?
+        # Only while the vertex is over the triangle (within the reach beside
+        # it): beside it (in the plane, as in cloth squeezed flat) the
+        # triangle's normal is the wrong way to push; the neighbouring
+        # triangle's contact or the edge-edge contacts hold it there.
         u, v, w = _closest_rows(x0, y0, z0, x1, y1, z1, x2, y2, z2, x3, y3, z3)
         dx = x0 - (u * x1 + v * x2 + w * x3)
         dy = y0 - (u * y1 + v * y2 + w * y3)
@@ -1478,16 +1486,16 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     dl = np.empty((12, nt), np.float32)
     cvf = contact_vertex.reshape(contact_vertex.size)
     nrf = contact_normal.reshape(contact_normal.size)
-    for c in prange((nv + _VT_CHUNK - 1) // _VT_CHUNK):
-        _vt_rows(rows, c * _VT_CHUNK, min(nv, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+    for c in prange((nv + _ROWS_CHUNK - 1) // _ROWS_CHUNK):
+        _vt_rows(rows, c * _ROWS_CHUNK, min(nv, (c + 1) * _ROWS_CHUNK), pos[0], pos[1], pos[2],
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction,
                  inv_mass, slot_active, st, dl)
-    for c in prange((ne + _VT_CHUNK - 1) // _VT_CHUNK):
-        _ee_rows(rows, nv + c * _VT_CHUNK, nv + min(ne, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+    for c in prange((ne + _ROWS_CHUNK - 1) // _ROWS_CHUNK):
+        _ee_rows(rows, nv + c * _ROWS_CHUNK, nv + min(ne, (c + 1) * _ROWS_CHUNK), pos[0], pos[1], pos[2],
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_frame, triangles.reshape(triangles.size),
                  contact_target, contact_friction, inv_mass, slot_active, st, dl)
-    for c in prange((npp + _VT_CHUNK - 1) // _VT_CHUNK):
-        _pp_rows(rows, nv + ne + c * _VT_CHUNK, nv + ne + min(npp, (c + 1) * _VT_CHUNK), pos[0], pos[1], pos[2],
+    for c in prange((npp + _ROWS_CHUNK - 1) // _ROWS_CHUNK):
+        _pp_rows(rows, nv + ne + c * _ROWS_CHUNK, nv + ne + min(npp, (c + 1) * _ROWS_CHUNK), pos[0], pos[1], pos[2],
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction, inv_mass,
                  st, dl)
     for q in prange(nt):

@@ -153,9 +153,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             cfg[K.C_USE_LIMITS] = 0.0
         constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether,
                        model.limits.packed())
-        # step_fast takes only the fast kernels' (indices, coefficients).
-        # (record offsets, coefficients) of the fast kernels; the tethers
-        # with their record offsets too.
+        # step_fast takes only the fast kernels' (record offsets,
+        # coefficients); the tethers with their record offsets too.
         fast = (tuple((c[8], c[7]) for c in constraints[:3])
                 + (tether + (model.tether_vertex_rec, model.tether_anchor_rec), (constraints[4][8], constraints[4][7])))
         # The default settings (one iteration, undamped stretch/shear/bend;

@@ -8,9 +8,9 @@ import numba
 import numpy as np
 import pytest
 
-from drape.solver import SolverError
 from oracles import point_triangle_distance, segment_segment_distance
 
+from drape.solver import SolverError
 from drape.solver import selfcollision_kernels as sck
 from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
                                         MODE_OFF, MODE_POINT_POINT, SelfCollision, merge_meshes, triangulate)
