@@ -23,6 +23,7 @@ from .shared import NoAliasCompiler, compact_flags
 
 # fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
 JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
+FLAT = dict(JIT, _nrt=False)
 
 
 class compiled_fast:
@@ -543,9 +544,19 @@ def prepare_capsules(cap, margin):
     """Per-capsule constants for capsule_distance_pre (k, 12): a(3), unit
     axis(3), length, 1/length, ra, rb (margin added), slope of the tangent
     condition, mode (0 round cone, 1 sphere at a, 2 sphere at b)."""
+    pre = np.empty((cap.shape[0], 12), dtype=np.float32)
+    prepare_capsules_into(cap, margin, pre)
+    return pre
+
+
+@njit(**FLAT)
+def prepare_capsules_into(cap, margin, pre):
+    """prepare_capsules into pre (k, 12), allocating nothing: the step's
+    per-substep passes compile without reference counting (FLAT)."""
     k = cap.shape[0]
-    pre = np.zeros((k, 12), dtype=np.float32)
     for j in range(k):
+        for c in range(12):
+            pre[j, c] = F0
         ax, ay, az = cap[j, 0], cap[j, 1], cap[j, 2]
         dx, dy, dz = cap[j, 3] - ax, cap[j, 4] - ay, cap[j, 5] - az
         ra = cap[j, 6] + margin
@@ -567,7 +578,6 @@ def prepare_capsules(cap, margin):
             pre[j, 10] = kk / np.sqrt(F1 - kk * kk)
         else:
             pre[j, 11] = np.float32(1.0) if ra > rb else np.float32(2.0)
-    return pre
 
 
 @njit(inline="always", **JIT)
@@ -633,7 +643,7 @@ def outside_capsule(px, py, pz, ax, ay, az, ux, uy, uz, ln, rmax):
     return ex * ex + ey * ey + ez * ez > rmax * rmax
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
     """Collider transforms at substep start (cap0) and end (cap1, plane1).
     cap rows: a(3) b(3) ra rb va(3) vb(3); plane rows: point(3) normal(3) vel(3)."""
@@ -668,8 +678,15 @@ def interpolate_colliders(caps, planes, t0, t1, h_step, cap0, cap1, plane1):
 def capsule_boxes(cap0, cap1, margin):
     """Axis-aligned boxes around each capsule's sweep over the substep
     (cap0 -> cap1), grown by the larger radius and the margin; (k, 6) min, max."""
+    box = np.empty((cap1.shape[0], 6), dtype=np.float32)
+    capsule_boxes_into(cap0, cap1, margin, box)
+    return box
+
+
+@njit(**FLAT)
+def capsule_boxes_into(cap0, cap1, margin, box):
+    """capsule_boxes into box (k, 6), allocating nothing."""
     k = cap1.shape[0]
-    box = np.empty((k, 6), dtype=np.float32)
     for j in range(k):
         r = max(cap1[j, 6], cap1[j, 7]) + margin
         for c in range(3):
@@ -677,10 +694,9 @@ def capsule_boxes(cap0, cap1, margin):
             hi = max(max(cap0[j, c], cap0[j, 3 + c]), max(cap1[j, c], cap1[j, 3 + c]))
             box[j, c] = lo - r
             box[j, 3 + c] = hi + r
-    return box
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def swept_box_union(box):
     """Box around every capsule's swept box as a tuple (min xyz, max xyz):
     one cheap test per vertex before the per-capsule work."""
@@ -770,7 +786,7 @@ def _axis_perpendicular(ux, uy, uz):
     return nx, ny, nz
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _path_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, cmask, path):
     """The candidates' paths as rows (7, count): start x, y, z, predicted x,
     y, z, collider offset; read once, then every capsule's passes load them
@@ -786,14 +802,14 @@ def _path_rows(cand, count, x0r, y0r, z0r, x1r, y1r, z1r, cmask, path):
         path[6, q] = cmask[i]
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _path_box_flags(count, x0r, y0r, z0r, x1r, y1r, z1r, bx, sel):
     """sel[q] = 1 where path q's box meets box bx (a tuple), else 0."""
     for q in range(np.uint64(count)):
         sel[q] = 0 if path_misses(x0r[q], y0r[q], z0r[q], x1r[q], y1r[q], z1r[q], bx) else 1
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _swept_rows(sub, count, x0r, y0r, z0r, x1r, y1r, z1r, offr, c, perp, e0, e1, inv_l2, move,
                 sxr, syr, szr, dr, nxr, nyr, nzr, sr, at_start, newton):
     """The branch-free part of the swept contacts against one capsule (see
@@ -891,6 +907,34 @@ def _write_entry(i, j, hx, hy, hz, nx, ny, nz, s, cap1, hit, entry):
 
 @njit(**JIT)
 def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask):
+    """swept_contacts_into with its scratch allocated here (the general
+    path and tests; the step's fast path passes scratch it holds)."""
+    room = (count + 7) // 8 * 8
+    scratch = (prepare_capsules(cap1, margin), np.empty(16 * room, dtype=np.float32),
+               np.empty(3 * room, dtype=np.uint8), np.empty(2 * room, dtype=np.uint32))
+    swept_contacts_into(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask, scratch)
+
+
+def sweep_scratch(n, k):
+    """Scratch of swept_contacts_into for n vertices and k capsules: the
+    capsules' prepared rows (prepare_capsules_into fills them) and the row
+    blocks of the candidate paths."""
+    room = (n + 7) // 8 * 8
+    return (np.zeros((k, 12), dtype=np.float32), np.empty(16 * room, dtype=np.float32),
+            np.zeros(3 * room, dtype=np.uint8), np.empty(2 * room, dtype=np.uint32))
+
+
+def collider_scratch(n, k, kp):
+    """What the step's collider passes write, for n vertices, k capsules and
+    kp planes, held by the model between steps: the capsules at substep
+    start and end (k, 14), the planes at substep end (kp, 9), the capsules'
+    swept and end boxes (k, 6) and sweep_scratch(n, k)."""
+    return (np.zeros((k, 14), np.float32), np.zeros((k, 14), np.float32), np.zeros((kp, 9), np.float32),
+            np.zeros((k, 6), np.float32), np.zeros((k, 6), np.float32), sweep_scratch(n, k))
+
+
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
+def swept_contacts_into(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask, scratch):
     """Swept contacts of the candidate vertices cand[:count] (their paths
     meet the capsules' union box; hit[i] = 0 on entry) against every capsule,
     grown by each vertex's collider offset cmask[i] (box: grown by the
@@ -909,15 +953,20 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
     k = cap1.shape[0]
     if count == 0 or k == 0:
         return
-    pre = prepare_capsules(cap1, margin)
+    # scratch (sweep_scratch): pre = prepare_capsules(cap1, margin), rows
+    # for at least count paths. Nothing is allocated here: a FLAT kernel
+    # (no reference counts; at 20 substeps of a 32x32 sheet the
+    # allocations and counts of each call showed).
+    # The blocks are flat and reshaped to the rows needed: C-contiguous
+    # rows for the vectorised passes (a column slice of a 2-D block is not).
+    pre, block_all, flags_all, lists_all = scratch
     room = (count + 7) // 8 * 8
-    # Three allocations, not six: at 20 substeps of a 32x32 sheet (~25
-    # candidates) each one showed.
-    block = np.empty((16, room), dtype=np.float32)
+    block = block_all[:16 * room].reshape(16, room)
     path, rows, best = block[:7], block[7:15], block[15]
     best[:] = np.float32(2.0)
-    flags = np.zeros((3, room), dtype=np.uint8)
-    lists = np.empty((2, room), dtype=np.uint32)
+    flags = flags_all[:3 * room].reshape(3, room)
+    flags[:] = 0
+    lists = lists_all[:2 * room].reshape(2, room)
     sub, todo = lists[0], lists[1]
     _path_rows(cand, count, prev[0], prev[1], prev[2], pos[0], pos[1], pos[2], cmask, path)
     for j in range(k):
@@ -969,14 +1018,25 @@ def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, 
 @njit(**JIT)
 def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count, pad,
                       clist, ccount):
+    """project_colliders_into with the capsules' boxes and prepared rows
+    computed here (the general path and tests)."""
+    box = capsule_boxes(cap1, cap1, margin + pad)
+    pre = prepare_capsules(cap1, margin)
+    return project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count,
+                                  clist, ccount, box, pre)
+
+
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
+def project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask, cand, count,
+                           clist, ccount, box, pre):
     """The fused three-pass projection, one load/store per vertex:
     1. live push-out of every capsule (constraints may have dragged a vertex
        in after contacts were generated);
     2. the frozen swept entry plane for a vertex that tunnelled through and
        is now outside on the far side (pushed back to the side it came from);
     3. half-spaces last, so the ground wins.
-    Capsule radii grow by the vertex's collider offset cmask[i] (pad: the
-    largest); a vertex with cmask[i] < 0 skips passes 1 and 2 (it has no swept entry:
+    Capsule radii grow by the vertex's collider offset cmask[i] (the boxes
+    by the largest); a vertex with cmask[i] < 0 skips passes 1 and 2 (it has no swept entry:
     the swept contacts left hit[i] = 0) but not the half-spaces.
     contact[:, i] accumulates normal, push depth and collider velocity for
     velocity-level friction. With count >= 0 only the vertices cand[:count]
@@ -984,13 +1044,13 @@ def project_colliders(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, 
     count = -1: all of them (cand is then unused).
     A vertex pushed for the first time since its velocity was last finished
     is appended to clist[ccount:] (the contact list: contact_friction
-    applies friction to those alone). Returns the new ccount."""
+    applies friction to those alone). Returns the new ccount.
+    box = capsule_boxes(cap1, cap1, margin + pad), pre =
+    prepare_capsules(cap1, margin), both filled by the caller."""
     use_list = count >= 0
     n = np.uint64(count) if use_list else np.uint64(pos.shape[1])
     kc = cap1.shape[0]
     kp = plane1.shape[0]
-    box = capsule_boxes(cap1, cap1, margin + pad)
-    pre = prepare_capsules(cap1, margin)
     ubox = swept_box_union(box)
     lox, loy, loz, hix, hiy, hiz = ubox[0], ubox[1], ubox[2], ubox[3], ubox[4], ubox[5]
     for q in range(n):
@@ -1155,7 +1215,7 @@ def _friction(x, y, z, ox, oy, oz, depth, c, inv_h, h, mu_s, mu_k, creep):
     return cx + tx, cy + ty, cz + tz, x, y, z
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def contact_friction(pos, prev, vel, contact, clist, ccount, inv_h, h, mu_s, mu_k, creep):
     """Friction for the ccount vertices of the contact list: their velocity
     (before the clamp) into vel, their position after static friction into
@@ -1201,7 +1261,7 @@ def _row_velocity(x, y, z, ox, oy, oz, vx, vy, vz, depth, start, inv_h, max_v, v
     return ux * s, uy * s, uz * s, bad
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _velocity_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_h, max_v):
     """The end of a step's last substep for every vertex (see
     _row_velocity). Returns the number of non-finite velocities.
@@ -1223,7 +1283,7 @@ def _velocity_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_h, max_v):
     return np.int64(bad)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def update_velocities(pos, prev, vel, contact, clist, ccount, h, mu_s, mu_k, max_v, creep):
     """v = (x - x_prev)/h; friction for the vertices in the contact list
     (see _friction); speed clamp. Returns the number of non-finite
@@ -1236,7 +1296,7 @@ def update_velocities(pos, prev, vel, contact, clist, ccount, h, mu_s, mu_k, max
 
 # ---------------------------------------------------------------- one step
 
-@njit(**JIT)
+@njit(**FLAT)
 def to_aos4(pos, p4):
     """(3, n) -> flat (4n,) x, y, z, 0 records: one 16-byte load/store per
     vertex lets the compiler (SLP) solve a constraint's x, y, z at once."""
@@ -1248,7 +1308,7 @@ def to_aos4(pos, p4):
         p4[4 * i + 3] = F0
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def from_aos4(p4, pos):
     n = np.uint64(pos.shape[1])
     for i in range(n):
@@ -1265,7 +1325,7 @@ def _listed_flag(px, py, pz, h, ubox):
     return 1 if (h != 0) | (not outside) else 0
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _from_aos4_flags(p4, x, y, z, hit, ubox, sel):
     """from_aos4 into rows, and sel[i] = 1 where vertex i is inside box ubox
     (a tuple) or has a swept entry (hit[i] != 0), else 0. Branch-free, so it
@@ -1281,7 +1341,7 @@ def _from_aos4_flags(p4, x, y, z, hit, ubox, sel):
         sel[i] = _listed_flag(px, py, pz, hit[i], ubox)
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _row_flags(x, y, z, hit, ubox, sel):
     """sel[i] as in _from_aos4_flags, from the position rows."""
     n = np.uint64(x.shape[0])
@@ -1289,7 +1349,7 @@ def _row_flags(x, y, z, hit, ubox, sel):
         sel[i] = _listed_flag(x[i], y[i], z[i], hit[i], ubox)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def collect_rows(pos, hit, ubox, cand, sel):
     """from_aos4_collect's list from pos (3, n) itself, for a step whose self
     contacts move vertices after the records are read back."""
@@ -1297,7 +1357,7 @@ def collect_rows(pos, hit, ubox, cand, sel):
     return compact_flags(sel, cand)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def from_aos4_collect(p4, pos, hit, ubox, cand, sel):
     """from_aos4, and the list of vertices project_colliders must visit when
     only capsules are present: inside the capsules' union box ubox (a tuple)
@@ -1310,7 +1370,7 @@ def from_aos4_collect(p4, pos, hit, ubox, cand, sel):
     return compact_flags(sel, cand)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def _distance_fast4(p4, ab, coef, unilateral):
     """solve_distance_fast on x, y, z, 0 records (the same arithmetic per lane);
     ab: record offsets (4 x vertex index, DistanceConstraints.ab_rec).
@@ -1345,7 +1405,7 @@ def _distance_fast4(p4, ab, coef, unilateral):
         p4[ib + 3] -= sb * dw
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def solve_distance_fast4(p4, ab, coef, unilateral):
     """_distance_fast4 with `unilateral` a constant in each call. A runtime
     flag inside the loop compiled to a per-constraint mask blend (sete into a
@@ -1358,7 +1418,7 @@ def solve_distance_fast4(p4, ab, coef, unilateral):
         _distance_fast4(p4, ab, coef, False)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def solve_bending_fast4(p4, idx4, coef):
     """solve_bending_fast on x, y, z, 0 records (the same arithmetic per lane);
     idx4: record offsets (4 x vertex index, BendingConstraints.idx_rec)."""
@@ -1407,7 +1467,7 @@ def solve_bending_fast4(p4, idx4, coef):
         p4[i3 + 3] -= s * lw
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def solve_tethers_fast4(p4, v, anchor, length, coef, scale):
     """solve_tethers without damping on x, y, z, 0 records, branch-free:
     most tethers are slightly over-extended after each predict, so a branch
@@ -1505,7 +1565,7 @@ def iterate_substep(pos, prev, inv_mass, cfg, stretch, shear, bend, tether, limi
         solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
     h = cfg[C_H]
     g = np.sqrt(cfg[C_GX] * cfg[C_GX] + cfg[C_GY] * cfg[C_GY] + cfg[C_GZ] * cfg[C_GZ])
@@ -1514,7 +1574,7 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
                              cfg[C_MAXV], creep)
 
 
-@njit(pipeline_class=NoAliasCompiler, **JIT)
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
 def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay, az, cmask, sel, ubox, start,
                   use_accel, inv_h, h, max_v, drag, gx, gy, gz):
     """_velocity_rows, then the predict of the next substep (x_prev = x,
@@ -1564,9 +1624,9 @@ def _advance_rows(x, y, z, ox, oy, oz, vx, vy, vz, depth, inv_mass, hit, ax, ay,
     return np.int64(bad)
 
 
-@njit(**JIT)
+@njit(**FLAT)
 def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin, pin_start, pin_end,
-                     t1, cap0, cap1, hit, entry, cmask, finish, cand, sel):
+                     t1, cap0, cap1, hit, entry, cmask, finish, cand, sel, box, sweep):
     """The per-vertex passes between two substeps (no wind): the velocities
     of the substep that ended (if finish; the first substep of a step starts
     from the state's velocities), then predict and the swept capsule
@@ -1575,8 +1635,10 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccoun
     vertex i alone): friction over the contact list, one vectorised row pass
     (_advance_rows, which also flags the vertices whose path meets the
     capsules), the pins, and swept_contacts for the flagged ones. cand: (n,)
-    uint32 scratch, sel: uint8 scratch (see compact_flags). Returns the
-    number of non-finite velocities."""
+    uint32 scratch, sel: uint8 scratch (see compact_flags); box (k, 6) and
+    sweep (sweep_scratch): scratch that holds on return the capsules' swept
+    boxes and, in sweep[0], their prepared rows at substep end. Returns the
+    number of non-finite velocities. Allocates nothing (FLAT)."""
     h = cfg[C_H]
     inv_h = F1 / h
     drag = cfg[C_AIR_DRAG] * h
@@ -1587,7 +1649,7 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccoun
         contact_friction(pos, prev, vel, contact, clist, ccount, inv_h, h, cfg[C_MU_S], cfg[C_MU_K],
                          np.float32(2.0) * g * h)
     margin = cfg[C_MARGIN]
-    box = capsule_boxes(cap0, cap1, margin + cfg[C_COFF_MAX])
+    capsule_boxes_into(cap0, cap1, margin + cfg[C_COFF_MAX], box)
     ubox = swept_box_union(box)
     rows = (pos[0], pos[1], pos[2], prev[0], prev[1], prev[2], vel[0], vel[1], vel[2], contact[3], inv_mass, hit,
             accel[0], accel[1], accel[2], cmask, sel, ubox, not finish)
@@ -1604,16 +1666,21 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccoun
         pos[1, i] = s1 * pin_start[1, i] + t1 * pin_end[1, i]
         pos[2, i] = s1 * pin_start[2, i] + t1 * pin_end[2, i]
     if cap1.shape[0] > 0:
+        # The capsules at substep end, for the swept contacts and the
+        # projection (project_colliders_into) alike.
+        prepare_capsules_into(cap1, margin, sweep[0])
         count = compact_flags(sel, cand)
-        swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask)
+        swept_contacts_into(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask, sweep)
     return bad
 
 @njit(**JIT)
 def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
-               cap0, cap1, plane1, hit, entry, cmask, contact, stretch, shear, bend, tether, limits, soft_lam):
+               colliders, hit, entry, cmask, contact, stretch, shear, bend, tether, limits, soft_lam):
     """A whole step in one compiled call (no self collision). Between two
     substeps the velocity, predict and contact passes run as one sweep over
-    the vertices (advance_vertices) unless wind needs its triangle pass."""
+    the vertices (advance_vertices) unless wind needs its triangle pass.
+    colliders: collider_scratch(n, k, planes)."""
+    cap0, cap1, plane1, box0, box1, sweep = colliders
     substeps = np.uint64(cfg[C_SUBSTEPS])
     iterations = np.uint64(cfg[C_ITERATIONS])
     has_contacts = caps.shape[0] + planes.shape[0] > 0
@@ -1640,7 +1707,8 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
             if has_contacts:
                 interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin,
-                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, True, cand, sel)
+                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, True, cand, sel,
+                                    box0, sweep)
             ccount = 0
             if bad > 0:
                 return bad
@@ -1659,7 +1727,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
 
 
 @njit(**JIT)
-def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, cap1, plane1, hit, entry,
+def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, colliders, hit, entry,
               cmask, contact, stretch, shear, bend, tether, limits, soft_lam, self_contacts=None):
     """step_fused for the default settings (no wind, one iteration, no
     stretch/shear/bend damping): the same sequence and arithmetic with only
@@ -1670,7 +1738,12 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
     and numba's dispatch costs ~0.15 us per array argument).
     self_contacts: None, or SelfCollision.solve_args() for this step's frozen
     self contacts, solved (Jacobi) after the constraints and before the
-    colliders, as in the general path. None compiles a version without them."""
+    colliders, as in the general path. None compiles a version without them.
+    colliders: collider_scratch(n, k, planes). The substeps' kernels
+    allocate nothing and compile without reference counts (FLAT): at 20
+    substeps the counts and allocations of a small cloth's calls had cost
+    ~2 us a substep."""
+    cap0, cap1, plane1, box0, box1, sweep = colliders
     substeps = np.uint64(cfg[C_SUBSTEPS])
     has_contacts = caps.shape[0] + planes.shape[0] > 0
     kin, soft, soft_alpha, pin_start, pin_end = pins
@@ -1682,23 +1755,28 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
     ccount = 0
     sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
     bad = 0
+    st_i, st_c = stretch
+    sh_i, sh_c = shear
+    be_i, be_c = bend
+    li_i, li_c = limits
+    tv, ta, tl, tw, tc, tv_rec, ta_rec = tether
     for sub in range(substeps):
         t0 = np.float32(sub) / np.float32(substeps)
         t1 = np.float32(sub + 1) / np.float32(substeps)
         if has_contacts:
             interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
         bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin,
-                                pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand, sel)
+                                pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand, sel,
+                                box0, sweep)
         ccount = 0
         if bad > 0:
             return bad
         to_aos4(pos, p4)
-        solve_distance_fast4(p4, stretch[0], stretch[1], False)
-        solve_distance_fast4(p4, shear[0], shear[1], False)
-        solve_bending_fast4(p4, bend[0], bend[1])
+        solve_distance_fast4(p4, st_i, st_c, False)
+        solve_distance_fast4(p4, sh_i, sh_c, False)
+        solve_bending_fast4(p4, be_i, be_c)
         if cfg[C_USE_LIMITS] != F0:
-            solve_distance_fast4(p4, limits[0], limits[1], True)
-        tv, ta, tl, tw, tc, tv_rec, ta_rec = tether
+            solve_distance_fast4(p4, li_i, li_c, True)
         fast_tethers = cfg[C_USE_TETHERS] != F0 and cfg[C_D_TETHER] == F0
         if fast_tethers:
             solve_tethers_fast4(p4, tv_rec, ta_rec, tl, tc, cfg[C_TETHER_SCALE])
@@ -1711,7 +1789,8 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
         count = -1
         if listed:
             # The capsules' union box at substep end, for either list.
-            ubox1 = swept_box_union(capsule_boxes(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX]))
+            capsule_boxes_into(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX], box1)
+            ubox1 = swept_box_union(box1)
         if listed and self_contacts is None:
             count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
         else:
@@ -1725,7 +1804,9 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, cap0, ca
             if listed:
                 count = collect_rows(pos, hit, ubox1, cand, sel)
         if has_contacts:
-            ccount = project_colliders(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask, cand,
-                                       count, cfg[C_COFF_MAX], clist, ccount)
+            if not listed:
+                capsule_boxes_into(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX], box1)
+            ccount = project_colliders_into(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask,
+                                            cand, count, clist, ccount, box1, sweep[0])
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad

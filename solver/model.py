@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from . import topology
+from . import kernels, topology
 from .params import ClothParams, SolverError
 
 
@@ -215,8 +215,7 @@ class Model:
         self.collider_offset = np.zeros(n, dtype=np.float32)
         self.collider_offset_max = 0.0
         self.targets_scratch = np.zeros((3, n), dtype=np.float32)
-        self._collider_scratch = (np.zeros((0, 14), np.float32), np.zeros((0, 14), np.float32),
-                                  np.zeros((0, 9), np.float32))
+        self._collider_scratch = kernels.collider_scratch(n, 0, 0)
         # Bumped whenever the pins (and with them masses, tethers) change:
         # step() caches per-model kernel arguments against it.
         self.pin_version = 0

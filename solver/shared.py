@@ -35,7 +35,7 @@ def renamed(fn, name):
     return copy
 
 
-@njit(cache=True, error_model="numpy", nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True, _nrt=False)
 def compact_flags(sel, out):
     """The indices i with sel[i] != 0 (0 or 1), in order, into out; returns
     their count. sel's length is a multiple of 8 with zeros past the items:

@@ -178,10 +178,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     pins = (model.kinematic, model.soft, soft_alpha, pin_start, pin_end)
     scratch = model._collider_scratch
     if scratch[0].shape[0] != caps.shape[0] or scratch[2].shape[0] != planes.shape[0]:
-        scratch = model._collider_scratch = (np.zeros((caps.shape[0], 14), dtype=np.float32),
-                                             np.zeros((caps.shape[0], 14), dtype=np.float32),
-                                             np.zeros((planes.shape[0], 9), dtype=np.float32))
-    cap0, cap1, plane1 = scratch
+        scratch = model._collider_scratch = K.collider_scratch(n, caps.shape[0], planes.shape[0])
+    cap0, cap1, plane1 = scratch[:3]
     pos, vel, prev = state.positions, state.velocities, model.prev
     sc = model.self_collision
 
@@ -198,13 +196,13 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             if sc.count:
                 self_contacts = sc.solve_args()
         with _FAST:
-            bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, cap0, cap1,
-                              plane1, model.hit, model.entry, model.collider_offset, model.contact, *cached[6],
+            bad = K.step_fast(pos, vel, prev, model.inv_mass, cfg, accel, pins, caps, planes, scratch,
+                              model.hit, model.entry, model.collider_offset, model.contact, *cached[6],
                               model.soft_lam, self_contacts)
     elif sc is None:
         with _FAST:
             bad = K.step_fused(pos, vel, prev, model.inv_mass, cfg, accel, wind, model.tris_soa, pins,
-                               caps, planes, cap0, cap1, plane1, model.hit, model.entry, model.collider_offset,
+                               caps, planes, scratch, model.hit, model.entry, model.collider_offset,
                                model.contact, stretch, shear, bend, tether, limits, model.soft_lam)
     else:
         # Self collision: contacts found once against the whole step's
