@@ -151,6 +151,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         tether = (model.tether_vertex, model.tether_anchor, model.tether_length, tw, tether_coef)
         if len(model.limits) == 0:
             cfg[K.C_USE_LIMITS] = 0.0
+        cfg[K.C_BEND_CURVED] = 1.0 if np.any(model.bend.rest != 0) else 0.0
         constraints = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether,
                        model.limits.packed())
         # step_fast takes only the fast kernels' (record offsets,
