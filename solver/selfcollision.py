@@ -231,6 +231,9 @@ class SelfCollision:
             raise _Error(f"self collision: inv_mass must have shape ({n},), got {self.inv_mass.shape}")
         self._build_topology()
         self._acc = np.zeros((n, 4), dtype=np.float64)   # the serial solve's per-vertex sums
+        # and the vertices they touch (one spare: _scatter writes an item
+        # before it decides whether to count it)
+        self._touched = np.empty(n + 1, dtype=np.uint32)
         self._capacity = max(64, 2 * len(tri))
         self._alloc(self._capacity)
         self._set_contacts(0)
@@ -393,7 +396,7 @@ class SelfCollision:
         self._capacity = cap
 
     def _set_contacts(self, count):
-        if count == 0 and getattr(self, "count", -1) == 0 and hasattr(self, "_vertex_list"):
+        if count == 0 and getattr(self, "count", -1) == 0 and hasattr(self, "_filter_rows"):
             return  # still none: the empty arrays stand (6 us a step saved)
         self.count = count
         self.contact_vertex = self._out_vertex[:count]
@@ -405,8 +408,9 @@ class SelfCollision:
         self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
         self._slot_active = np.zeros(count, dtype=np.uint8)
         self._filter_rows = _k.filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
-        self._vertex_list, self._vertex_slot_start, self._vertex_slot = _k.build_vertex_slots(
-            self.contact_vertex, self.contact_kind, self.n)
+        # Each vertex's contact slots, for the parallel solve's gather only:
+        # built when it first runs after this detect.
+        self._vertex_slots = None
 
     def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
@@ -529,18 +533,21 @@ class SelfCollision:
         change with every detect: take them again after each ``detect``."""
         return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._filter_rows, self._vertex_list, self._acc)
+                self._slot_delta, self._slot_active, self._filter_rows, self._touched, self._acc)
 
     def solve(self, pos, prev_pos):
         """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""
         if self.count == 0:
             return
         t0 = time.perf_counter()
-        args = self.solve_args()[:-1]   # all but the serial solve's sums
+        args = self.solve_args()
         if self.parallel:
-            _k.solve_parallel(pos, prev_pos, *args, self._vertex_slot_start, self._vertex_slot)
+            if self._vertex_slots is None:
+                self._vertex_slots = _k.build_vertex_slots(self.contact_vertex, self.contact_kind, self.n)
+            # All but the serial solve's scratch (touched vertices, sums).
+            _k.solve_parallel(pos, prev_pos, *args[:-2], *self._vertex_slots)
         else:
-            _k.solve_serial(pos, prev_pos, *args, self._acc)
+            _k.solve_serial(pos, prev_pos, *args)
         self.solve_ms += (time.perf_counter() - t0) * 1e3
 
     def contact_keys(self):

@@ -1543,11 +1543,17 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
 
 
 @njit(**_JIT)
-def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list, todo, nt):
+def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, touched, todo, nt):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
     contacts' float32 corrections in contact order, in float64), but reading
     only the contacts pass 1 listed (todo[:nt], in order; no other can be
-    active), instead of every vertex's slot list."""
+    active), instead of every vertex's slot list. The vertices they touch
+    are listed as they are first met (touched, (n,) scratch), and only those
+    are moved: on the cached layered bench ~310 of the 1,250 vertices with
+    contacts, which the loop over all of them had visited every substep.
+    touched needs n + 1 items: each slot's vertex is written before the
+    branch-free count decides whether it stays."""
+    nv = 0
     for q in range(nt):
         k = todo[q]
         if slot_active[k] != SLOT_ON:
@@ -1555,21 +1561,22 @@ def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, ve
         m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
         for sl in range(m):
             i = contact_vertex[k, sl]
+            touched[nv] = i
+            nv += 1 if acc[i, 3] == 0.0 else 0
             acc[i, 0] += slot_delta[k, sl, 0]
             acc[i, 1] += slot_delta[k, sl, 1]
             acc[i, 2] += slot_delta[k, sl, 2]
             acc[i, 3] += 1.0
-    for q in range(vertex_list.shape[0]):
-        i = vertex_list[q]
-        if acc[i, 3] > 0.0:
-            inv = 1.0 / acc[i, 3]
-            pos[0, i] += acc[i, 0] * inv
-            pos[1, i] += acc[i, 1] * inv
-            pos[2, i] += acc[i, 2] * inv
-            acc[i, 0] = 0.0
-            acc[i, 1] = 0.0
-            acc[i, 2] = 0.0
-            acc[i, 3] = 0.0
+    for q in range(nv):
+        i = touched[q]
+        inv = 1.0 / acc[i, 3]
+        pos[0, i] += acc[i, 0] * inv
+        pos[1, i] += acc[i, 1] * inv
+        pos[2, i] += acc[i, 2] * inv
+        acc[i, 0] = 0.0
+        acc[i, 1] = 0.0
+        acc[i, 2] = 0.0
+        acc[i, 3] = 0.0
 
 
 _gather = njit(parallel=True, **_JIT)(_gather_impl)
@@ -1580,11 +1587,11 @@ solve_parallel = njit(**_JIT)(_solve_impl)
 
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                        triangles, contact_target, contact_friction, slot_delta, slot_active, frows,
-                       vertex_list, acc):
+                       touched, acc):
     todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
                              contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
                              frows)
-    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, vertex_list, todo, nt)
+    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, touched, todo, nt)
 
 
 solve_serial = njit(**_JIT)(_solve_serial_impl)
