@@ -1967,6 +1967,11 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     rel = _relative(disp)
     # pcone: axis, cos of half angle; pmot: centre of rel, max deviation
     box, sph, pl, tn, pbox, pcone, palt, pmot, plip, ready, seg_q, seg_start, seg_tri, mark = work
+    # The triangle boxes flat, for the two box-test loops: box[b, k] of a
+    # (nt, 6) array multiplies b by the row length read from the array
+    # (an imul from the stack each test); boxf[6 * b + k] is an lea.
+    boxf = box.reshape(box.size)
+    trif = triangles.reshape(triangles.size)   # likewise for the two-ring test
     ready[:] = 0
     mark[:] = 0
     box_ready = ready[:npatch]
@@ -2157,10 +2162,10 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             p0, p1, p2, p3, p4, p5 = pbox[p, 0], pbox[p, 1], pbox[p, 2], pbox[p, 3], pbox[p, 4], pbox[p, 5]
             for jb in range(pstart[q], pstart[q + 1]):
                 # Branch-free, unsigned (see the triangle pairs' box tests).
-                b = np.uint64(ptris[jb])
+                b6 = np.uint64(6) * np.uint64(ptris[jb])
                 seg_tri[fill] = jb
-                fill += not ((box[b, 0] > p3) | (p0 > box[b, 3]) | (box[b, 1] > p4)
-                             | (p1 > box[b, 4]) | (box[b, 2] > p5) | (p2 > box[b, 5]))
+                fill += not ((boxf[b6] > p3) | (p0 > boxf[b6 + 3]) | (boxf[b6 + 1] > p4)
+                             | (p1 > boxf[b6 + 4]) | (boxf[b6 + 2] > p5) | (p2 > boxf[b6 + 5]))
             if fill > start:
                 seg_q[nseg] = q
                 nseg += 1
@@ -2196,17 +2201,25 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                 # indices (numba adds a negative-index fix-up to every
                 # signed one). Detection on the 32x32 sheet ~7% faster.
                 nhit = np.uint64(0)
-                for iq in range(np.uint64(lo), np.uint64(hi)):
-                    # Indexing one array or the other, not a variable bound
-                    # to either: rebinding an array variable costs two
-                    # atomic reference count updates (they were 16% of the
-                    # detection time on the 32x32 sheet).
-                    jb = np.uint64(fpair[iq]) if kk == 0 else np.uint64(seg_tri[iq])
-                    b = ptris[jb]
-                    hits[nhit] = b
-                    ub = np.uint64(b)
-                    nhit += np.uint64(not ((a0 > box[ub, 3]) | (box[ub, 0] > a3) | (a1 > box[ub, 4])
-                                           | (box[ub, 1] > a4) | (a2 > box[ub, 5]) | (box[ub, 2] > a5)))
+                # Two loops, one per source of candidates, rather than a
+                # test of kk in each iteration. Each indexes its own array:
+                # rebinding an array variable costs two atomic reference
+                # count updates (they were 16% of the detection time on the
+                # 32x32 sheet).
+                if kk == 0:
+                    for iq in range(np.uint64(lo), np.uint64(hi)):
+                        b = ptris[np.uint64(fpair[iq])]
+                        hits[nhit] = b
+                        b6 = np.uint64(6) * np.uint64(b)
+                        nhit += np.uint64(not ((a0 > boxf[b6 + 3]) | (boxf[b6] > a3) | (a1 > boxf[b6 + 4])
+                                               | (boxf[b6 + 1] > a4) | (a2 > boxf[b6 + 5]) | (boxf[b6 + 2] > a5)))
+                else:
+                    for iq in range(np.uint64(lo), np.uint64(hi)):
+                        b = ptris[np.uint64(seg_tri[iq])]
+                        hits[nhit] = b
+                        b6 = np.uint64(6) * np.uint64(b)
+                        nhit += np.uint64(not ((a0 > boxf[b6 + 3]) | (boxf[b6] > a3) | (a1 > boxf[b6 + 4])
+                                               | (boxf[b6 + 1] > a4) | (a2 > boxf[b6 + 5]) | (boxf[b6 + 2] > a5)))
                 for ih in range(nhit):
                     b = hits[ih]
                     overlaps += 1
@@ -2215,9 +2228,9 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                         for q_ in range(np.uint64(ring_start[ua]), np.uint64(ring_start[ua + np.uint64(1)])):
                             mark[np.uint64(ring[q_])] = a + 1
                         stamped = True
-                    ub = np.uint64(b)
-                    if ((mark[np.uint64(triangles[ub, 0])] == a + 1) | (mark[np.uint64(triangles[ub, 1])] == a + 1)
-                            | (mark[np.uint64(triangles[ub, 2])] == a + 1)):
+                    b3 = np.uint64(3) * np.uint64(b)
+                    if ((mark[np.uint64(trif[b3])] == a + 1) | (mark[np.uint64(trif[b3 + 1])] == a + 1)
+                            | (mark[np.uint64(trif[b3 + 2])] == a + 1)):
                         continue
                     A = min(a, b)
                     B = max(a, b)
