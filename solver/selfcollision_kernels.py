@@ -83,6 +83,9 @@ _F32_ONE = np.float32(1.0)
 _F32_TWO = np.float32(2.0)
 _F32_ZERO = np.float32(0.0)
 _F32_INF = np.float32(np.inf)
+# The reject tests' slack for rounding: 1% and 1 um.
+_SLACK = np.float32(1.01)
+_SLACK_ABS = np.float32(1e-6)
 
 
 # ---------------------------------------------------------------- geometry
@@ -407,8 +410,10 @@ def _spheres_apart(sph, a, b, max_cons, max_reach):
     sb = _sphere_row(sph, b)
     d2, motion = _sphere_gap(sa, sb)
     # |d| - r_a - r_b - cons motion > slack reach, squared (one root).
-    far = max_reach * 1.01 + 1e-6 + sa[3] + sb[3] + max_cons * motion
-    return (d2 > far * far, np.float32((max_reach + max_cons * motion) * 1.01 + 1e-6))
+    # float32 throughout (max_reach, max_cons are): float64 literals here
+    # converted every operand of the test (~3% of the 100x100 detection).
+    far = max_reach * _SLACK + _SLACK_ABS + sa[3] + sb[3] + max_cons * motion
+    return (d2 > far * far, (max_reach + max_cons * motion) * _SLACK + _SLACK_ABS)
 
 
 @njit(inline="always", **_HELPER)
@@ -1957,11 +1962,11 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     n = pos.shape[1]
     npatch = pstart.shape[0] - 1
     nreg = region_thick.shape[0]
-    max_reach = 0.0
-    max_cons = 0.0
+    max_reach = _F32_ZERO
+    max_cons = _F32_ZERO
     region_pad = np.empty(nreg, np.float32)
     for r in range(nreg):
-        max_reach = max(max_reach, region_thick[r] * (1.0 + margin))
+        max_reach = max(max_reach, np.float32(region_thick[r] * (_F32_ONE + margin)))
         max_cons = max(max_cons, region_cons[r])
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     rel = _relative(disp)
