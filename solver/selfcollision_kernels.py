@@ -19,7 +19,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
-from .shared import NoAliasCompiler, compact_flags, renamed
+from .shared import NoAliasCompiler, compact_flags, renamed, rsqrt
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
@@ -1988,7 +1988,12 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         ax = _F32_ZERO
         ay = _F32_ZERO
         az = _F32_ZERO
-        a2min = _F32_INF
+        # The smallest n2 / emax (squared altitude over its triangle's
+        # longest edge) as a fraction an / ae, compared crosswise: no
+        # division per triangle (with the normal's reciprocal root, the
+        # dividers had been the loop's bottleneck).
+        an = _F32_INF
+        ae = _F32_ONE
         l2max = _F32_ZERO
         pad = _F32_ZERO
         cons = _F32_ZERO
@@ -2022,18 +2027,20 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             d2y = rel[1, i2] - rel[1, i0]
             d2z = rel[2, i2] - rel[2, i0]
             if n2 > _F32_TINY:
-                rn = _F32_ONE / n2
-                inv = np.sqrt(rn)
+                inv = rsqrt(n2)
+                rn = inv * inv
                 nx *= inv
                 ny *= inv
                 nz *= inv
-                a2min = min(a2min, n2 / emax)
+                smaller = n2 * ae < an * emax
+                an = n2 if smaller else an
+                ae = emax if smaller else ae
                 # Squared Lipschitz bound of rel over the triangle:
                 # |J| <= (|d1| + |d2|) / smallest altitude.
                 l2max = max(l2max, _F32_TWO * (d1x * d1x + d1y * d1y + d1z * d1z + d2x * d2x + d2y * d2y
                                                + d2z * d2z) * emax * rn)
             else:
-                a2min = _F32_ZERO
+                an = _F32_ZERO
                 l2max = _F32_INF
             tn[j, 0] = nx
             tn[j, 1] = ny
@@ -2086,7 +2093,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pcone[p, 1] = ay
         pcone[p, 2] = az
         pcone[p, 3] = cmin
-        palt[p] = np.sqrt(a2min)
+        palt[p] = np.sqrt(an / ae)
         plip[p] = np.sqrt(l2max)
         pmot[p, 0] = rmx
         pmot[p, 1] = rmy
