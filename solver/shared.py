@@ -2,15 +2,11 @@
 selfcollision_kernels, and both use it): numba compiler pieces and the
 flag compaction."""
 
-import platform
 import types
 
 import numpy as np
-from llvmlite import ir
 from numba import njit
-from numba.core import types as nbtypes
 from numba.core.compiler import Compiler
-from numba.extending import intrinsic
 
 
 class NoAliasCompiler(Compiler):
@@ -57,36 +53,3 @@ def compact_flags(sel, out):
             out[count] = base + b
             count += sel[base + b]
     return count
-
-
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-
-
-@intrinsic
-def _rsqrt_estimate(typingctx, x):
-    """x86's rsqrtss: 1/sqrt(x) to 12 bits in one cheap instruction."""
-    sig = nbtypes.float32(nbtypes.float32)
-
-    def codegen(context, builder, signature, args):
-        v4 = ir.VectorType(ir.FloatType(), 4)
-        vec = builder.insert_element(ir.Constant(v4, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
-        fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
-        return builder.extract_element(builder.call(fn, [vec]), ir.Constant(ir.IntType(32), 0))
-
-    return sig, codegen
-
-
-if _X86:
-    @njit(inline="always", cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
-    def rsqrt(x):
-        """1/sqrt(x) in float32: the estimate plus one Newton step (relative
-        error ~2e-7, float32's own). LLVM keeps sqrt + div on CPUs with a fast
-        sqrt unit; in the distance kernels this is ~11% faster. Needs x > 0
-        (rsqrt(0) is NaN here): callers clamp or skip."""
-        y = _rsqrt_estimate(x)
-        return y * (np.float32(1.5) - np.float32(0.5) * x * y * y)
-else:
-    @njit(inline="always", cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
-    def rsqrt(x):
-        """1/sqrt(x) in float32 (portable version)."""
-        return np.float32(1.0) / np.sqrt(x)
