@@ -143,6 +143,15 @@ def _segment_dots(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
             d1x * rx + d1y * ry + d1z * rz, d2x * d2x + d2y * d2y + d2z * d2z, d2x * rx + d2y * ry + d2z * rz)
 
 
+@njit(inline="always", **_JIT)
+def _edges_cross(ax, ay, az, bx, by, bz, cx, cy, cz):
+    """Triangle abc's edges u = b - a, w = c - a and m = u x w (scalars in
+    and out: for the scalar and the vectorised passes alike)."""
+    ux, uy, uz = bx - ax, by - ay, bz - az
+    wx, wy, wz = cx - ax, cy - ay, cz - az
+    return ux, uy, uz, wx, wy, wz, uy * wz - uz * wy, uz * wx - ux * wz, ux * wy - uy * wx
+
+
 @njit(**_JIT)
 def _closest_segments(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
     """Parameters (s, t) of the closest points a + s(b-a), c + t(d-c)
@@ -487,15 +496,7 @@ def _tri_plane(c):
     x0, y0, z0 = c[0], c[1], c[2]
     x1, y1, z1 = c[3], c[4], c[5]
     x2, y2, z2 = c[6], c[7], c[8]
-    ux = x1 - x0
-    uy = y1 - y0
-    uz = z1 - z0
-    wx = x2 - x0
-    wy = y2 - y0
-    wz = z2 - z0
-    nx = uy * wz - uz * wy
-    ny = uz * wx - ux * wz
-    nz = ux * wy - uy * wx
+    ux, uy, uz, wx, wy, wz, nx, ny, nz = _edges_cross(x0, y0, z0, x1, y1, z1, x2, y2, z2)
     ln2 = nx * nx + ny * ny + nz * nz
     if ln2 < _F32_TINY:
         z = _F32_ZERO
@@ -1106,15 +1107,7 @@ def _plane_flags(x, y, z, r0, r1, r2, r3, side, target, slot_active, sel):
         i2 = np.uint64(r2[k])
         i3 = np.uint64(r3[k])
         x1, y1, z1 = x[i1], y[i1], z[i1]
-        e1x = x[i2] - x1
-        e1y = y[i2] - y1
-        e1z = z[i2] - z1
-        e2x = x[i3] - x1
-        e2y = y[i3] - y1
-        e2z = z[i3] - z1
-        mx_ = e1y * e2z - e1z * e2y
-        my_ = e1z * e2x - e1x * e2z
-        mz_ = e1x * e2y - e1y * e2x
+        _, _, _, _, _, _, mx_, my_, mz_ = _edges_cross(x1, y1, z1, x[i2], y[i2], z[i2], x[i3], y[i3], z[i3])
         # side 0 (other kinds): hh = 0, never clear nor deep: listed.
         hh = np.float32(side[k]) * ((x[i0] - x1) * mx_ + (y[i0] - y1) * my_ + (z[i0] - z1) * mz_)
         tg = target[k]
@@ -1321,11 +1314,8 @@ def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, f
         fa = np.uint64(tri[3 * f])
         fb = np.uint64(tri[3 * f + 1])
         fc = np.uint64(tri[3 * f + 2])
-        ux, uy, uz = x[fb] - x[fa], y[fb] - y[fa], z[fb] - z[fa]
-        wx, wy, wz = x[fc] - x[fa], y[fc] - y[fa], z[fc] - z[fa]
-        mx_ = uy * wz - uz * wy
-        my_ = uz * wx - ux * wz
-        mz_ = ux * wy - uy * wx
+        ux, uy, uz, wx, wy, wz, mx_, my_, mz_ = _edges_cross(x[fa], y[fa], z[fa], x[fb], y[fb], z[fb],
+                                                             x[fc], y[fc], z[fc])
         ln = np.sqrt(mx_ * mx_ + my_ * my_ + mz_ * mz_)
         lu = np.sqrt(ux * ux + uy * uy + uz * uz)
         flat = (ln < _F32_TINY) | (lu < _F32_TINY)
@@ -1388,11 +1378,7 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         s = nrm[3 * k]
         tg = target[k]
         # The height over the triangle's plane (times |m|): clear of it, or deep behind it.
-        e1x, e1y, e1z = x2 - x1, y2 - y1, z2 - z1
-        e2x, e2y, e2z = x3 - x1, y3 - y1, z3 - z1
-        mx_ = e1y * e2z - e1z * e2y
-        my_ = e1z * e2x - e1x * e2z
-        mz_ = e1x * e2y - e1y * e2x
+        e1x, e1y, e1z, e2x, e2y, e2z, mx_, my_, mz_ = _edges_cross(x1, y1, z1, x2, y2, z2, x3, y3, z3)
         hh = s * ((x0 - x1) * mx_ + (y0 - y1) * my_ + (z0 - z1) * mz_)
         m2 = mx_ * mx_ + my_ * my_ + mz_ * mz_
         clear = (hh > _F32_ZERO) & (hh * hh >= tg * tg * m2)
@@ -1972,19 +1958,11 @@ def _patch_triangles(j0, j1, ptris, trif, px, py, pz, rx, ry, rz, tri_region, re
         i0 = np.uint64(trif[t3])
         i1 = np.uint64(trif[t3 + np.uint64(1)])
         i2 = np.uint64(trif[t3 + np.uint64(2)])
-        x0, y0, z0 = px[i0], py[i0], pz[i0]
-        ux = px[i1] - x0
-        uy = py[i1] - y0
-        uz = pz[i1] - z0
-        wx = px[i2] - x0
-        wy = py[i2] - y0
-        wz = pz[i2] - z0
+        ux, uy, uz, wx, wy, wz, nx, ny, nz = _edges_cross(px[i0], py[i0], pz[i0], px[i1], py[i1], pz[i1],
+                                                          px[i2], py[i2], pz[i2])
         gx = wx - ux
         gy = wy - uy
         gz = wz - uz
-        nx = uy * wz - uz * wy
-        ny = uz * wx - ux * wz
-        nz = ux * wy - uy * wx
         n2 = nx * nx + ny * ny + nz * nz
         e1 = ux * ux + uy * uy + uz * uz
         e2 = wx * wx + wy * wy + wz * wz
@@ -2045,7 +2023,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     rel = _relative(disp)
     # pcone: axis, cos of half angle; pmot: centre of rel, max deviation
-    box, sph, pl, tn, pbox, pcone, palt, pmot, plip, ready, seg_q, seg_start, seg_tri, mark = work
+    box, sph, pl, trows, pbox, pcone, palt, pmot, plip, ready, seg_q, seg_start, seg_tri, mark = work
     # The triangle boxes flat, for the two box-test loops: box[b, k] of a
     # (nt, 6) array multiplies b by the row length read from the array
     # (an imul from the stack each test); boxf[6 * b + k] is an lea.
@@ -2054,7 +2032,8 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
     # Rows taken once (a view made in a loop costs reference counts).
     px, py, pz = pos[0], pos[1], pos[2]
     rx, ry, rz = rel[0], rel[1], rel[2]
-    tnx, tny, tnz, ta2, tlip, tpad, tcons = tn[0], tn[1], tn[2], tn[3], tn[4], tn[5], tn[6]
+    # Per-triangle rows of _patch_triangles.
+    tnx, tny, tnz, ta2, tlip, tpad, tcons = trows[0], trows[1], trows[2], trows[3], trows[4], trows[5], trows[6]
     ready[:] = 0
     mark[:] = 0
     box_ready = ready[:npatch]
