@@ -910,19 +910,19 @@ def _write_entry(i, j, hx, hy, hz, nx, ny, nz, s, cap1, hit, entry):
 def swept_contacts(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask):
     """swept_contacts_into with its scratch allocated here (the general
     path and tests; the step's fast path passes scratch it holds)."""
-    room = (count + 7) // 8 * 8
-    scratch = (prepare_capsules(cap1, margin), np.empty(16 * room, dtype=np.float32),
-               np.empty(3 * room, dtype=np.uint8), np.empty(2 * room, dtype=np.uint32))
+    scratch = sweep_scratch(count, cap1.shape[0])
+    prepare_capsules_into(cap1, margin, scratch[0])
     swept_contacts_into(cand, count, pos, prev, cap0, cap1, box, margin, hit, entry, cmask, scratch)
 
 
+@njit(**JIT)
 def sweep_scratch(n, k):
-    """Scratch of swept_contacts_into for n vertices and k capsules: the
-    capsules' prepared rows (prepare_capsules_into fills them) and the row
-    blocks of the candidate paths."""
+    """Scratch of swept_contacts_into for n paths and k capsules: the
+    capsules' prepared rows (prepare_capsules_into fills them) and the flat
+    row blocks of the paths (it zeroes what it uses)."""
     room = (n + 7) // 8 * 8
-    return (np.zeros((k, 12), dtype=np.float32), np.empty(16 * room, dtype=np.float32),
-            np.zeros(3 * room, dtype=np.uint8), np.empty(2 * room, dtype=np.uint32))
+    return (np.empty((k, 12), dtype=np.float32), np.empty(16 * room, dtype=np.float32),
+            np.empty(3 * room, dtype=np.uint8), np.empty(2 * room, dtype=np.uint32))
 
 
 def collider_scratch(n, k, kp):
