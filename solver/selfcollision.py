@@ -411,6 +411,8 @@ class SelfCollision:
         # Each vertex's contact slots, for the parallel solve's gather only:
         # built when it first runs after this detect.
         self._vertex_slots = None
+        # Strip fans (cache_contacts only): none.
+        self._fans = _k.NO_FANS
 
     def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
@@ -518,9 +520,30 @@ class SelfCollision:
                         self._out_target, self._out_friction):
                 arr[:len(keep)] = arr[keep]
             count = len(keep)
-            self._set_contacts(count)
+        self._fans_first(count)
         self.cached = True
         return count
+
+    def _fans_first(self, count):
+        """Cached contacts: the vertices' strip fans (strip_fans: three
+        vertex-triangle contacts against triangles joined edge to edge, as a
+        vertex's nearest triangles of a facing layer are) first, fan after
+        fan for each of the three places, then the other contacts in their
+        order. The solve's filter then reads a fan's five corners once
+        instead of nine corners for its three contacts."""
+        fans, order, sign = _k.strip_fans(self._out_vertex[:count], self._out_kind[:count], self.n)
+        if order.size:
+            rest = np.ones(count, dtype=bool)
+            rest[order] = False
+            perm = np.concatenate([order, np.flatnonzero(rest)])
+            for arr in (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                        self._out_target, self._out_friction):
+                arr[:count] = arr[perm]
+        self._set_contacts(count)
+        self._fans = fans
+        # The filter's sides of the fans' contacts, for their triangles'
+        # corners in strip order (c_s, c_s+1, c_s+2).
+        self._filter_rows[4, :order.size] *= sign
 
     def clear_cache(self):
         self.cached = False
@@ -533,7 +556,8 @@ class SelfCollision:
         change with every detect: take them again after each ``detect``."""
         return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._filter_rows, self._touched, self._acc)
+                self._slot_delta, self._slot_active, self._filter_rows, self._fans, self._touched,
+                self._acc)
 
     def solve(self, pos, prev_pos):
         """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""

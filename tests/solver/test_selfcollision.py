@@ -322,6 +322,61 @@ def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_
     assert gap.min() > 0.0099 and gap.max() < 0.0101
 
 
+def test_cached_strip_fans_filter_as_each_contact_alone():
+    # Cached layer contacts are grouped per vertex into strip fans (three
+    # triangles joined edge to edge, five corners) and filtered a fan at a
+    # time. Checked against the contacts themselves: each fan contact's
+    # vertex and triangle, the side folded for the strip's corner order;
+    # and against the per-contact filter, which must list the same
+    # contacts and leave the same slot states and corrections on states
+    # where some contacts are clear, some violated and some stale.
+    m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
+    x[0, na:] += 0.007
+    x[1, na:] += 0.003
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
+                                 friction=0.2, layers=[0, 1])
+    sc.cache_contacts(x, radius=0.02, between_regions=True)
+    fans, nc = sc._fans, sc.count
+    nf = fans.shape[1]
+    assert nf > 0.8 * len(m.region)
+    cv = sc.contact_vertex
+    p = x.T.astype(np.float64)
+    for s in range(3):
+        k = s * nf + np.arange(nf)
+        assert np.array_equal(cv[k, 0], fans[0])
+        corners = fans[1 + s:4 + s]
+        assert np.array_equal(np.sort(cv[k, 1:], axis=1), np.sort(corners.T, axis=1))
+        # The folded side times the strip-order normal is the contact's
+        # side times its own triangle's normal.
+        n_own = np.cross(p[cv[k, 2]] - p[cv[k, 1]], p[cv[k, 3]] - p[cv[k, 1]])
+        n_strip = np.cross(p[corners[1]] - p[corners[0]], p[corners[2]] - p[corners[0]])
+        side = np.where(sc.contact_normal[k, 0] > 0, 1.0, -1.0)
+        dots = np.einsum("ij,ij->i", n_own * side[:, None], n_strip * sc._filter_rows[4, k][:, None])
+        assert np.all(dots > 0)
+    plain_rows = sck.filter_rows(cv, sc.contact_kind, sc.contact_normal)
+    rng = np.random.default_rng(5)
+    listed = 0
+    for trial in range(6):
+        y = x + rng.normal(0.0, 0.004, x.shape).astype(np.float32)
+        prev = x.copy()
+        state = rng.choice(np.array([sck.SLOT_OFF, sck.SLOT_ON, sck.SLOT_STALE], np.uint8), nc)
+        out = []
+        for rows, fan_rows in ((sc._filter_rows, fans), (plain_rows, sck.NO_FANS)):
+            active = state.copy()
+            delta = np.zeros((nc, 4, 3), np.float32)
+            todo, nt = sck._pass1_serial(y, prev, sc.inv_mass, cv, sc.contact_kind, sc.contact_normal,
+                                         sc.contact_frame, sc.triangles, sc.contact_target, sc.contact_friction,
+                                         delta, active, rows, fan_rows)
+            out.append((todo[:nt].copy(), active, delta))
+        (todo_f, act_f, d_f), (todo_p, act_p, d_p) = out
+        assert np.array_equal(todo_f, todo_p)
+        assert np.array_equal(act_f, act_p)
+        assert np.array_equal(d_f, d_p)
+        listed += len(todo_p)
+        assert 0 < len(todo_p) < nc
+    assert listed > 0
+
+
 def test_compiled_step_solves_self_contacts_like_the_python_hook_path():
     # The default step solves a SelfCollision's frozen contacts inside the
     # compiled step (solve_args + selfcollision_kernels.solve_serial); any
@@ -410,7 +465,7 @@ def _edge_pair_pass(shift_x):
             np.array([0.004], np.float32), np.zeros(1, np.float32))
     delta = np.zeros((1, 4, 3), np.float32)
     active = np.zeros(1, np.uint8)
-    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]))
+    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS)
     return int(active[0]), delta[0, 0]
 
 
@@ -446,7 +501,7 @@ def test_contact_near_a_pinned_end_moves_no_vertex_farther_than_its_gap():
     pos = np.concatenate([pos, np.array([[0.0, 0.0, -1.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], np.float32).T], axis=1)
     delta = np.zeros((1, 4, 3), np.float32)
     active = np.zeros(1, np.uint8)
-    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]))
+    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS)
     assert active[0] == k.SLOT_ON
     gap = 0.003 + 0.004
     assert not np.any(delta[0, 0])                      # the pinned end stays
@@ -465,7 +520,7 @@ def _vt_pass(vertex, state):
             np.array([0], np.int32), np.array([[1, 2, 3]], np.int32), np.array([0.004], np.float32),
             np.zeros(1, np.float32))
     delta = np.zeros((1, 4, 3), np.float32)
-    k._pass1_serial(pos, pos.copy(), *args, delta, state, k.filter_rows(*args[1:4]))
+    k._pass1_serial(pos, pos.copy(), *args, delta, state, k.filter_rows(*args[1:4]), k.NO_FANS)
     return int(state[0]), delta[0, 0] if state[0] == k.SLOT_ON else np.zeros(3, np.float32)
 
 
