@@ -408,6 +408,7 @@ class SelfCollision:
         self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
         self._slot_active = np.zeros(count, dtype=np.uint8)
         self._filter_rows = _k.filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
+        self._solve_work = _k.solve_work(count)
         # Each vertex's contact slots, for the parallel solve's gather only:
         # built when it first runs after this detect.
         self._vertex_slots = None
@@ -556,8 +557,8 @@ class SelfCollision:
         change with every detect: take them again after each ``detect``."""
         return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
-                self._slot_delta, self._slot_active, self._filter_rows, self._fans, self._touched,
-                self._acc)
+                self._slot_delta, self._slot_active, self._filter_rows, self._fans, self._solve_work,
+                self._touched, self._acc)
 
     def solve(self, pos, prev_pos):
         """One Jacobi pass over the frozen contacts; pos (3, n) is updated in place."""

@@ -1075,10 +1075,10 @@ def detect_bvh(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_regi
 
 
 def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans,
+                triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans, work,
                 vertex_list, vertex_slot_start, vertex_slot):
     _pass1_parallel(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                    triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans)
+                    triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans, work, True)
     _gather(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, vertex_slot)
 
 
@@ -1469,51 +1469,61 @@ def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         st[q] = SLOT_ON if ok else SLOT_OFF
 
 
+@njit(cache=True)
+def solve_work(nc):
+    """The solve's scratch for nc contacts (SelfCollision makes it with
+    every new set of contacts; pass 1 allocates nothing): sel (the filter's
+    flags, zero-padded to whole words), todo (the listed contacts), rows
+    (them by kind), place (where each listed contact is in rows), st and dl
+    (the rows' new slot states and corrections, (12, nc))."""
+    return (np.zeros((nc + 7) // 8 * 8, np.uint8), np.empty(nc, np.uint32), np.empty(nc, np.uint32),
+            np.empty(nc, np.uint32), np.empty(nc, np.uint8), np.empty((12, nc), np.float32))
+
+
 def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
-                triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans):
+                triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans, work,
+                keep_slots):
     # Pass 1: every contact computes its own vertices' corrections from `pos`
     # as it is now (nobody writes pos during this pass). slot_active[k] also
     # carries the contact's state from the last substep (SLOT_STALE).
     # Only the listed contacts (_plane_flags) can change their slot or
     # correction; pass 2 reads the active ones among them.
-    # Returns (todo, count): the listed contacts.
-    nc = contact_kind.shape[0]
-    sel = np.empty((nc + 7) // 8 * 8, np.uint8)
-    sel[nc:] = 0
+    # Returns (todo, count): the listed contacts. work: solve_work(nc).
+    # keep_slots: also copy the active contacts' corrections into
+    # slot_delta (the parallel gather reads them there; the serial scatter
+    # reads the rows, dl, through place).
+    sel, todo, rows, place, st, dl = work
     nf = fans.shape[1]
     if nf > 0:
         _strip_flags(pos[0], pos[1], pos[2], fans[0], fans[1], fans[2], fans[3], fans[4], fans[5], frows[4],
                      contact_target, slot_active, sel)
     _plane_flags(pos[0], pos[1], pos[2], frows[0], frows[1], frows[2], frows[3], frows[4], contact_target,
                  slot_active, sel, 3 * nf)
-    todo = np.empty(nc, np.uint32)
     nt = compact_flags(sel, todo)
     # The listed contacts by kind, each kind through its vectorised pass:
     # rows[:nv] vertex-triangle (_vt_rows), rows[nv:nv + ne] edge-edge
     # (_ee_rows), the rest point-point (_pp_rows).
-    rows = np.empty(nt, np.uint32)
-    other = np.empty(nt, np.uint32)
     nv = 0
-    no = 0
+    ne = 0
+    for q in range(nt):
+        kind = contact_kind[todo[q]]
+        nv += 1 if kind == KIND_VERTEX_TRIANGLE else 0
+        ne += 1 if kind == KIND_EDGE_EDGE else 0
+    npp = nt - nv - ne
+    at_v = 0
+    at_e = nv
+    at_p = nv + ne
     for q in range(nt):
         k = todo[q]
-        is_vt = contact_kind[k] == KIND_VERTEX_TRIANGLE
-        rows[nv] = k
-        other[no] = k
-        nv += 1 if is_vt else 0
-        no += 0 if is_vt else 1
-    ne = 0
-    npp = 0
-    for q in range(no):
-        k = other[q]
-        is_ee = contact_kind[k] == KIND_EDGE_EDGE
-        rows[nv + ne] = k
-        other[npp] = k
-        ne += 1 if is_ee else 0
-        npp += 0 if is_ee else 1
-    rows[nv + ne:nt] = other[:npp]
-    st = np.empty(nt, np.uint8)
-    dl = np.empty((12, nt), np.float32)
+        kind = contact_kind[k]
+        is_vt = kind == KIND_VERTEX_TRIANGLE
+        is_ee = kind == KIND_EDGE_EDGE
+        r = at_v if is_vt else (at_e if is_ee else at_p)
+        rows[r] = k
+        place[q] = r
+        at_v += 1 if is_vt else 0
+        at_e += 1 if is_ee else 0
+        at_p += 0 if is_vt or is_ee else 1
     cvf = contact_vertex.reshape(contact_vertex.size)
     nrf = contact_normal.reshape(contact_normal.size)
     for c in prange((nv + _ROWS_CHUNK - 1) // _ROWS_CHUNK):
@@ -1529,20 +1539,21 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction, inv_mass,
                  st, dl)
     for q in prange(nt):
-        k = rows[q]
         state = st[q]
-        if state == _VT_UNCHANGED:
-            continue
-        slot_active[k] = state
-        if state == SLOT_ON:
-            for j in range(4):
-                slot_delta[k, j, 0] = dl[3 * j, q]
-                slot_delta[k, j, 1] = dl[3 * j + 1, q]
-                slot_delta[k, j, 2] = dl[3 * j + 2, q]
+        if state != _VT_UNCHANGED:
+            slot_active[rows[q]] = state
+    if keep_slots:
+        for q in prange(nt):
+            k = rows[q]
+            if st[q] == SLOT_ON:
+                for j in range(4):
+                    slot_delta[k, j, 0] = dl[3 * j, q]
+                    slot_delta[k, j, 1] = dl[3 * j + 1, q]
+                    slot_delta[k, j, 2] = dl[3 * j + 2, q]
     return todo, nt
 
 
-_pass1_serial = njit(**_JIT)(_pass1_impl)
+_pass1_serial = njit(**_HELPER)(_pass1_impl)
 _pass1_parallel = njit(parallel=True, **_JIT)(renamed(_pass1_impl, "_pass1_parallel_impl"))
 
 
@@ -1572,12 +1583,14 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
             pos[2, i] += sz * inv
 
 
-@njit(**_JIT)
-def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, touched, todo, nt):
+@njit(**_HELPER)
+def _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, todo, nt):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
     contacts' float32 corrections in contact order, in float64), but reading
     only the contacts pass 1 listed (todo[:nt], in order; no other can be
-    active), instead of every vertex's slot list. The vertices they touch
+    active), instead of every vertex's slot list, and their corrections
+    where pass 1 left them (row place[q] of st and dl, see solve_work), not
+    copied into slot_delta. The vertices they touch
     are listed as they are first met (touched, (n,) scratch), and only those
     are moved: on the cached layered bench ~310 of the 1,250 vertices with
     contacts, which the loop over all of them had visited every substep.
@@ -1585,17 +1598,18 @@ def _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, to
     branch-free count decides whether it stays."""
     nv = 0
     for q in range(nt):
-        k = todo[q]
-        if slot_active[k] != SLOT_ON:
+        r = place[q]
+        if st[r] != SLOT_ON:
             continue
+        k = todo[q]
         m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
         for sl in range(m):
             i = contact_vertex[k, sl]
             touched[nv] = i
             nv += 1 if acc[i, 3] == 0.0 else 0
-            acc[i, 0] += slot_delta[k, sl, 0]
-            acc[i, 1] += slot_delta[k, sl, 1]
-            acc[i, 2] += slot_delta[k, sl, 2]
+            acc[i, 0] += dl[3 * sl, r]
+            acc[i, 1] += dl[3 * sl + 1, r]
+            acc[i, 2] += dl[3 * sl + 2, r]
             acc[i, 3] += 1.0
     for q in range(nv):
         i = touched[q]
@@ -1617,14 +1631,14 @@ solve_parallel = njit(**_JIT)(_solve_impl)
 
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                        triangles, contact_target, contact_friction, slot_delta, slot_active, frows,
-                       fans, touched, acc):
+                       fans, work, touched, acc):
     todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
                              contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
-                             frows, fans)
-    _scatter(pos, slot_delta, slot_active, contact_vertex, contact_kind, acc, touched, todo, nt)
+                             frows, fans, work, False)
+    _scatter(pos, work[5], work[4], work[3], contact_vertex, contact_kind, acc, touched, todo, nt)
 
 
-solve_serial = njit(**_JIT)(_solve_serial_impl)
+solve_serial = njit(**_HELPER)(_solve_serial_impl)
 
 
 @njit(**_JIT)

@@ -366,7 +366,7 @@ def test_cached_strip_fans_filter_as_each_contact_alone():
             delta = np.zeros((nc, 4, 3), np.float32)
             todo, nt = sck._pass1_serial(y, prev, sc.inv_mass, cv, sc.contact_kind, sc.contact_normal,
                                          sc.contact_frame, sc.triangles, sc.contact_target, sc.contact_friction,
-                                         delta, active, rows, fan_rows)
+                                         delta, active, rows, fan_rows, sck.solve_work(nc), True)
             out.append((todo[:nt].copy(), active, delta))
         (todo_f, act_f, d_f), (todo_p, act_p, d_p) = out
         assert np.array_equal(todo_f, todo_p)
@@ -465,7 +465,7 @@ def _edge_pair_pass(shift_x):
             np.array([0.004], np.float32), np.zeros(1, np.float32))
     delta = np.zeros((1, 4, 3), np.float32)
     active = np.zeros(1, np.uint8)
-    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS)
+    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS, k.solve_work(1), True)
     return int(active[0]), delta[0, 0]
 
 
@@ -501,7 +501,7 @@ def test_contact_near_a_pinned_end_moves_no_vertex_farther_than_its_gap():
     pos = np.concatenate([pos, np.array([[0.0, 0.0, -1.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], np.float32).T], axis=1)
     delta = np.zeros((1, 4, 3), np.float32)
     active = np.zeros(1, np.uint8)
-    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS)
+    k._pass1_serial(pos, pos.copy(), *args, delta, active, k.filter_rows(*args[1:4]), k.NO_FANS, k.solve_work(1), True)
     assert active[0] == k.SLOT_ON
     gap = 0.003 + 0.004
     assert not np.any(delta[0, 0])                      # the pinned end stays
@@ -520,7 +520,7 @@ def _vt_pass(vertex, state):
             np.array([0], np.int32), np.array([[1, 2, 3]], np.int32), np.array([0.004], np.float32),
             np.zeros(1, np.float32))
     delta = np.zeros((1, 4, 3), np.float32)
-    k._pass1_serial(pos, pos.copy(), *args, delta, state, k.filter_rows(*args[1:4]), k.NO_FANS)
+    k._pass1_serial(pos, pos.copy(), *args, delta, state, k.filter_rows(*args[1:4]), k.NO_FANS, k.solve_work(1), True)
     return int(state[0]), delta[0, 0] if state[0] == k.SLOT_ON else np.zeros(3, np.float32)
 
 
