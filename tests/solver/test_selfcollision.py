@@ -322,23 +322,27 @@ def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_
     assert gap.min() > 0.0099 and gap.max() < 0.0101
 
 
-def test_cached_strip_fans_filter_as_each_contact_alone():
+@pytest.mark.parametrize("between_regions", [True, False])
+def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
     # Cached layer contacts are grouped per vertex into strip fans (three
     # triangles joined edge to edge, five corners) and filtered a fan at a
     # time. Checked against the contacts themselves: each fan contact's
     # vertex and triangle, the side folded for the strip's corner order;
     # and against the per-contact filter, which must list the same
     # contacts and leave the same slot states and corrections on states
-    # where some contacts are clear, some violated and some stale.
+    # where some contacts are clear, some violated and some stale. Without
+    # between_regions the cache also holds edge-edge contacts and vertices
+    # with more than three: fewer fans, the rest filtered one by one.
     m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
     x[0, na:] += 0.007
     x[1, na:] += 0.003
     sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
                                  friction=0.2, layers=[0, 1])
-    sc.cache_contacts(x, radius=0.02, between_regions=True)
+    sc.cache_contacts(x, radius=0.02, between_regions=between_regions)
     fans, nc = sc._fans, sc.count
     nf = fans.shape[1]
-    assert nf > 0.8 * len(m.region)
+    assert nf > (0.8 * len(m.region) if between_regions else 10)
+    assert between_regions or np.any(sc.contact_kind == KIND_EDGE_EDGE)
     cv = sc.contact_vertex
     p = x.T.astype(np.float64)
     for s in range(3):
