@@ -1700,10 +1700,11 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
     use_wind = cfg[C_USE_WIND] != F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
     h = cfg[C_H]
-    cand = np.empty(pos.shape[1], dtype=np.uint32)
+    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
+    # As long as sel (compact_flags writes past the listed items).
+    cand = np.empty(sel.shape[0], dtype=np.uint32)
     clist = np.empty(pos.shape[1], dtype=np.uint32)
     ccount = 0
-    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
     bad = 0
     for sub in range(substeps):
         if sub == 0 or use_wind:
@@ -1763,10 +1764,11 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, collider
     h = cfg[C_H]
     ha = F1 / (h * h)
     p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
-    cand = np.empty(pos.shape[1], dtype=np.uint32)
+    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
+    # As long as sel (compact_flags writes past the listed items).
+    cand = np.empty(sel.shape[0], dtype=np.uint32)
     clist = np.empty(pos.shape[1], dtype=np.uint32)
     ccount = 0
-    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
     bad = 0
     st_i, st_c = stretch
     sh_i, sh_c = shear

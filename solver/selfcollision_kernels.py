@@ -1475,8 +1475,10 @@ def solve_work(nc):
     every new set of contacts; pass 1 allocates nothing): sel (the filter's
     flags, zero-padded to whole words), todo (the listed contacts), rows
     (them by kind), place (where each listed contact is in rows), st and dl
-    (the rows' new slot states and corrections, (12, nc))."""
-    return (np.zeros((nc + 7) // 8 * 8, np.uint8), np.empty(nc, np.uint32), np.empty(nc, np.uint32),
+    (the rows' new slot states and corrections, (12, nc)). todo is as long
+    as sel (compact_flags writes past the listed contacts)."""
+    room = (nc + 7) // 8 * 8
+    return (np.zeros(room, np.uint8), np.empty(room, np.uint32), np.empty(nc, np.uint32),
             np.empty(nc, np.uint32), np.empty(nc, np.uint8), np.empty((12, nc), np.float32))
 
 

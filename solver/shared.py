@@ -42,7 +42,10 @@ def compact_flags(sel, out):
     it is read as uint64 words and a zero word (eight vertices far from
     every capsule, eight contacts clear of their triangles) costs one test.
     A branch per item on the test itself mispredicted (the capsule box test:
-    2.6 ns per vertex at 10k, at the ends of the runs a grid makes)."""
+    2.6 ns per vertex at 10k, at the ends of the runs a grid makes).
+    out needs as many items as sel, not as the items: every byte of a
+    nonzero word is written at out[count] before its flag is counted, so
+    with all n items listed the padding bytes write out[n]."""
     words = sel.view(np.uint64)
     count = 0
     for w in range(np.uint64(words.shape[0])):
