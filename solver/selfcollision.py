@@ -543,7 +543,9 @@ class SelfCollision:
         self._set_contacts(count)
         self._fans = fans
         # The filter's sides of the fans' contacts, for their triangles'
-        # corners in strip order (c_s, c_s+1, c_s+2).
+        # corners in strip order (c_s, c_s+1, c_s+2): rows 1-3 keep each
+        # triangle's own corner order, so from here on these rows are only
+        # right read with self._fans (as pass 1 reads them).
         self._filter_rows[4, :order.size] *= sign
 
     def clear_cache(self):

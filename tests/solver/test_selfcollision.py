@@ -379,6 +379,22 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
         listed += len(todo_p)
         assert 0 < len(todo_p) < nc
     assert listed > 0
+    # The serial solve (its scatter reads the row passes' output) and the
+    # parallel one (its gather reads slot_delta) agree on the fans too.
+    y = x + rng.normal(0.0, 0.004, x.shape).astype(np.float32)
+    moved = []
+    for parallel in (False, True):
+        sc.parallel = parallel
+        sc._slot_active[:] = sck.SLOT_OFF
+        z = y.copy()
+        for _ in range(3):
+            sc.solve(z, y)
+        moved.append(z)
+    assert np.array_equal(moved[0], moved[1]) and not np.array_equal(moved[0], y)
+    # Live detection after the cache: no fans left over.
+    sc.clear_cache()
+    sc.detect(y, np.zeros_like(y), 1 / 60, G)
+    assert sc._fans.shape[1] == 0 and sc._solve_work[0].shape[0] >= sc.count
 
 
 def test_compiled_step_solves_self_contacts_like_the_python_hook_path():
