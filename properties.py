@@ -179,6 +179,13 @@ class DrapeClothSettings(PropertyGroup):
                                    "layer stays on the outer side (its face normals' side) of one on a lower "
                                    "layer, even when they tangle; -1 = no layer order",
                        default=-1, min=-1, soft_max=8)
+    self_cache: BoolProperty(
+        name="Cache contacts",
+        description="Find self and cloth-cloth contacts once, from the pose the simulation starts in, and "
+                    "reuse them every step instead of detecting them (several times cheaper). For layers that "
+                    "stay together, like a lining or a jacket over a shirt; cloth that slides far along itself "
+                    "or folds onto itself needs live detection. Taken again at the start frame",
+        default=False)
     self_conservativeness: FloatProperty(name="Conservativeness",
                                          description="How far ahead contacts are predicted from closing "
                                                      "speed (0 = only pairs already within thickness)",

@@ -145,6 +145,7 @@ def _draw_self(self, context):
     col.prop(s, "self_thickness")
     col.prop(s, "self_friction")
     col.prop(s, "self_conservativeness")
+    col.prop(s, "self_cache")
     layout.prop(s, "cloth_collision")
     row = layout.row()
     row.active = s.cloth_collision

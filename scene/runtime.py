@@ -394,12 +394,27 @@ def _set_layer_offsets(sim, self_params):
     sim.layer_offset_key = key
 
 
+def _sync_contact_cache(sim, objs, lead):
+    """The lead's "Cache contacts": found once, from the pose the next step
+    starts from (the start frame, after a build or a reset), and reused every
+    step without detection; switched off, live detection resumes. Between
+    several cloths only contacts across them are kept (the layers of a
+    garment; SelfCollision.cache_contacts)."""
+    sc = sim.model.self_collision
+    if lead.self_cache and not sc.cached:
+        sc.cache_contacts(sim.state.positions, between_regions=len(objs) > 1)
+    elif not lead.self_cache and sc.cached:
+        sc.clear_cache()
+
+
 def _reset(sim, objs, scene, depsgraph):
     """Back to the current pose with zero velocity, cache dropped; the model
     (rest lengths, colouring, tethers) is reused."""
     samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
     targets, _ = _targets(sim, objs, samples)
     sim.state = sim.model.new_state(positions=targets)
+    if sim.model.self_collision is not None:
+        sim.model.self_collision.clear_cache()   # cached again from this pose (_sync_contact_cache)
     for m in sim.members:
         m.frames.clear()
     sim.prev_colliders = colliders_mod.read(scene, depsgraph)
@@ -447,6 +462,7 @@ def _advance(sim, objs, scene, depsgraph, frame):
         self_params = _self_params(objs)
         sim.model.self_collision.set_params(**self_params)
         _set_layer_offsets(sim, self_params)
+        _sync_contact_cache(sim, objs, lead)
     dt = scene.render.fps_base / scene.render.fps
     read_ms = (time.perf_counter() - t0) * 1e3
 

@@ -778,6 +778,53 @@ def test_layer_order_reaches_the_shared_model_without_a_rebuild(empty_scene):
     assert layers == {"Blanket": 0, "Hammock": 1}
 
 
+@pytest.mark.slow
+def test_cached_contacts_hold_touching_layers_and_are_taken_again_at_the_start_frame(empty_scene):
+    # "Cache contacts": the blanket starts 8 mm over the hammock (within the
+    # cache's reach), the contacts between the two are found once, at the
+    # first step, and no later step detects; the blanket comes to rest on
+    # the sagging hammock with no triangle pair of the two crossing (exact
+    # test). Back at the start frame they are taken again from that pose;
+    # switched off, live detection resumes.
+    import oracles
+
+    scene = empty_scene
+    hammock, top = _two_sheets(True)
+    top.location.z = 1.008
+    top.drape.layer, hammock.drape.layer = 1, 0
+    for obj in (top, hammock):
+        obj.drape.self_cache = True
+    play(scene, range(1, 4))
+    sim = runtime.get(top)
+    assert sim.error is None, sim.error
+    sc = sim.model.self_collision
+    assert sc.cached and sc.count > 0
+    cached = sc.count
+    detects = []
+    real = sc._run_detect
+    sc._run_detect = lambda *a: detects.append(1) or real(*a)
+    play(scene, range(4, 41))
+    assert sim.error is None, sim.error
+    assert not detects and sc.cached and sc.count == cached
+    low = world(hammock, runtime.dense_positions_local(hammock).astype(np.float64))
+    high = world(top, runtime.dense_positions_local(top).astype(np.float64))
+    assert low[:, 2].min() < 0.97   # the hammock sagged under the blanket
+    nearest = np.argmin(np.linalg.norm(high[:, None, :2] - low[None, :, :2], axis=2), axis=1)
+    assert (high[:, 2] - low[nearest, 2]).min() > -0.005
+    tris = [meshdata.Topology(o.data).triangles() for o in (hammock, top)]
+    assert len(oracles.intersecting_triangle_pairs(np.concatenate([low, high]),
+                                                   np.concatenate([tris[0], tris[1] + len(low)]))) == 0
+    # The start frame drops the cache; the first step takes it again.
+    scene.frame_set(1)
+    assert runtime.get(top) is sim and not sc.cached
+    play(scene, range(2, 3))
+    assert sc.cached and len(detects) == 1
+    # Off: live detection from the next step.
+    top.drape.self_cache = False
+    play(scene, range(3, 5))
+    assert not sc.cached and len(detects) == 3
+
+
 def test_outer_layer_keeps_the_inner_layers_thickness_off_the_colliders(empty_scene):
     # Layered cloths in one model: the outer layer's capsules grow by one
     # self-collision thickness per layer under it (so a leg pressing both
