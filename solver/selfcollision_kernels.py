@@ -628,6 +628,16 @@ def _near_triangles(triangles, t, T, adj_start, adj):
     return False
 
 
+@njit(inline="always", **_JIT)
+def _box_misses(a0, a1, a2, a3, a4, a5, boxf, b6):
+    """Whether box (a0..a2 min, a3..a5 max) and the box at boxf[b6:b6 + 6]
+    of a flat box array are apart, without branches (for the loops that
+    count overlaps into a list); branch-free, so the reference counts of
+    boxf are pruned."""
+    return ((a0 > boxf[b6 + 3]) | (boxf[b6] > a3) | (a1 > boxf[b6 + 4])
+            | (boxf[b6 + 1] > a4) | (a2 > boxf[b6 + 5]) | (boxf[b6 + 2] > a5))
+
+
 @njit(**_HELPER)
 def _boxes_overlap(box, a, b):
     return not (box[a, 0] > box[b, 3] or box[b, 0] > box[a, 3] or box[a, 1] > box[b, 4]
@@ -2284,16 +2294,12 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
                     for iq in range(np.uint64(lo), np.uint64(hi)):
                         b = ptris[np.uint64(fpair[iq])]
                         hits[nhit] = b
-                        b6 = np.uint64(6) * np.uint64(b)
-                        nhit += np.uint64(not ((a0 > boxf[b6 + 3]) | (boxf[b6] > a3) | (a1 > boxf[b6 + 4])
-                                               | (boxf[b6 + 1] > a4) | (a2 > boxf[b6 + 5]) | (boxf[b6 + 2] > a5)))
+                        nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
                 else:
                     for iq in range(np.uint64(lo), np.uint64(hi)):
                         b = ptris[np.uint64(seg_tri[iq])]
                         hits[nhit] = b
-                        b6 = np.uint64(6) * np.uint64(b)
-                        nhit += np.uint64(not ((a0 > boxf[b6 + 3]) | (boxf[b6] > a3) | (a1 > boxf[b6 + 4])
-                                               | (boxf[b6 + 1] > a4) | (a2 > boxf[b6 + 5]) | (boxf[b6 + 2] > a5)))
+                        nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
                 for ih in range(nhit):
                     b = hits[ih]
                     overlaps += 1
