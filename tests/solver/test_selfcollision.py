@@ -380,7 +380,11 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
         assert 0 < len(todo_p) < nc
     assert listed > 0
     # The serial solve (its scatter reads the row passes' output) and the
-    # parallel one (its gather reads slot_delta) agree on the fans too.
+    # parallel one (its gather reads slot_delta) agree on the fans too, to
+    # rounding: they are separate compilations of the row passes, and one
+    # compiled in this process can round differently from one loaded from
+    # numba's cache (7e-9 m seen; 1 and 2 threads of the parallel one are
+    # compared exactly in test_jacobi_solve_identical_for_1_and_2_threads).
     y = x + rng.normal(0.0, 0.004, x.shape).astype(np.float32)
     moved = []
     for parallel in (False, True):
@@ -390,7 +394,7 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
         for _ in range(3):
             sc.solve(z, y)
         moved.append(z)
-    assert np.array_equal(moved[0], moved[1]) and not np.array_equal(moved[0], y)
+    assert np.abs(moved[0] - moved[1]).max() < 1e-6 and np.abs(moved[0] - y).max() > 1e-4
     # Live detection after the cache: no fans left over.
     sc.clear_cache()
     sc.detect(y, np.zeros_like(y), 1 / 60, G)
