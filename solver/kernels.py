@@ -1687,6 +1687,16 @@ def advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccoun
     return bad
 
 @njit(**JIT)
+def vertex_lists(n):
+    """The step's per-vertex scratch for n vertices: sel (flags, zero past
+    the items to a whole number of words, see compact_flags), cand (as long
+    as sel: compact_flags writes past the listed items) and clist (the
+    contact list)."""
+    sel = np.zeros((n + 7) // 8 * 8, dtype=np.uint8)
+    return sel, np.empty(sel.shape[0], dtype=np.uint32), np.empty(n, dtype=np.uint32)
+
+
+@njit(**JIT)
 def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, planes,
                colliders, hit, entry, cmask, contact, stretch, shear, bend, tether, limits, soft_lam):
     """A whole step in one compiled call (no self collision). Between two
@@ -1700,10 +1710,7 @@ def step_fused(pos, vel, prev, inv_mass, cfg, accel, wind, tris, pins, caps, pla
     use_wind = cfg[C_USE_WIND] != F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
     h = cfg[C_H]
-    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
-    # As long as sel (compact_flags writes past the listed items).
-    cand = np.empty(sel.shape[0], dtype=np.uint32)
-    clist = np.empty(pos.shape[1], dtype=np.uint32)
+    sel, cand, clist = vertex_lists(pos.shape[1])
     ccount = 0
     bad = 0
     for sub in range(substeps):
@@ -1764,10 +1771,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, collider
     h = cfg[C_H]
     ha = F1 / (h * h)
     p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
-    sel = np.zeros((pos.shape[1] + 7) // 8 * 8, dtype=np.uint8)
-    # As long as sel (compact_flags writes past the listed items).
-    cand = np.empty(sel.shape[0], dtype=np.uint32)
-    clist = np.empty(pos.shape[1], dtype=np.uint32)
+    sel, cand, clist = vertex_lists(pos.shape[1])
     ccount = 0
     bad = 0
     st_i, st_c = stretch
@@ -1802,9 +1806,11 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, collider
         listed = (has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
                   and (fast_tethers or cfg[C_USE_TETHERS] == F0))
         count = -1
-        if listed:
-            # The capsules' union box at substep end, for either list.
+        if has_contacts:
+            # The capsules' boxes at substep end: the projection's, and
+            # their union for either list.
             capsule_boxes_into(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX], box1)
+        if listed:
             ubox1 = swept_box_union(box1)
         if listed and self_contacts is None:
             count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
@@ -1819,8 +1825,6 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, collider
             if listed:
                 count = collect_rows(pos, hit, ubox1, cand, sel)
         if has_contacts:
-            if not listed:
-                capsule_boxes_into(cap1, cap1, cfg[C_MARGIN] + cfg[C_COFF_MAX], box1)
             ccount = project_colliders_into(pos, inv_mass, cap1, plane1, cfg[C_MARGIN], hit, entry, contact, cmask,
                                             cand, count, clist, ccount, box1, sweep[0])
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)

@@ -1603,7 +1603,7 @@ def _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, tod
     active), instead of every vertex's slot list, and their corrections
     where pass 1 left them (row place[q] of st and dl, see solve_work), not
     copied into slot_delta. The vertices they touch
-    are listed as they are first met (touched, (n,) scratch), and only those
+    are listed as they are first met (touched, (n + 1,) scratch), and only those
     are moved: on the cached layered bench ~310 of the 1,250 vertices with
     contacts, which the loop over all of them had visited every substep.
     touched needs n + 1 items: each slot's vertex is written before the
@@ -1647,7 +1647,8 @@ def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, co
     todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
                              contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
                              frows, fans, work, False)
-    _scatter(pos, work[5], work[4], work[3], contact_vertex, contact_kind, acc, touched, todo, nt)
+    _, _, _, place, st, dl = work
+    _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, todo, nt)
 
 
 solve_serial = njit(**_HELPER)(_solve_serial_impl)
