@@ -90,6 +90,9 @@ __all__ = [
 # vertex and facing layer (see cache_contacts).
 _CACHED_VT_PER_VERTEX = 3
 
+# slot_delta before the parallel solve has run (solve_args).
+_NO_SLOTS = np.zeros((0, 4, 3), dtype=np.float32)
+
 MergedMeshes = namedtuple("MergedMeshes", "positions face_indices face_sizes region vertex_offset")
 
 
@@ -405,7 +408,10 @@ class SelfCollision:
         self.contact_frame = self._out_frame[:count]
         self.contact_target = self._out_target[:count]
         self.contact_friction = self._out_friction[:count]
-        self._slot_delta = np.zeros((count, 4, 3), dtype=np.float32)
+        # Each active contact's corrections, for the parallel solve's gather
+        # only (the serial scatter reads them where pass 1 left them): made
+        # when it first runs after this detect.
+        self._slot_delta = _NO_SLOTS
         self._slot_active = np.zeros(count, dtype=np.uint8)
         self._filter_rows = _k.filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
         self._solve_work = _k.solve_work(count)
@@ -556,7 +562,9 @@ class SelfCollision:
         ``selfcollision_kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
         which does what ``solve`` does single-threaded and can be called from
         another njit function (the compiled step does). The contact arrays
-        change with every detect: take them again after each ``detect``."""
+        change with every detect: take them again after each ``detect``.
+        Their slot_delta is an empty stand-in until the parallel solve has
+        run (the serial one does not read it)."""
         return (self.inv_mass, self.contact_vertex, self.contact_kind, self.contact_normal,
                 self.contact_frame, self.triangles, self.contact_target, self.contact_friction,
                 self._slot_delta, self._slot_active, self._filter_rows, self._fans, self._solve_work,
@@ -567,14 +575,15 @@ class SelfCollision:
         if self.count == 0:
             return
         t0 = time.perf_counter()
-        args = self.solve_args()
         if self.parallel:
             if self._vertex_slots is None:
                 self._vertex_slots = _k.build_vertex_slots(self.contact_vertex, self.contact_kind, self.n)
+                # Pass 1 writes every contact the gather reads (the active ones).
+                self._slot_delta = np.empty((self.count, 4, 3), dtype=np.float32)
             # All but the serial solve's scratch (touched vertices, sums).
-            _k.solve_parallel(pos, prev_pos, *args[:-2], *self._vertex_slots)
+            _k.solve_parallel(pos, prev_pos, *self.solve_args()[:-2], *self._vertex_slots)
         else:
-            _k.solve_serial(pos, prev_pos, *args)
+            _k.solve_serial(pos, prev_pos, *self.solve_args())
         self.solve_ms += (time.perf_counter() - t0) * 1e3
 
     def contact_keys(self):
