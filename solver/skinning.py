@@ -136,9 +136,16 @@ class Binding:
             with np.errstate(divide="ignore", invalid="ignore"):
                 weight = np.where(area[:, None] > 0.0, weight / area[:, None], 0.0)
         pinned = self.pinned_indices
+        # The per-frame normal sums visit the triangles four runs apart
+        # (every fourth, from four starts): consecutive triangles of a mesh
+        # share corners, and each corner's sum is a read-modify-write, so in
+        # mesh order each update waited for the one before through memory
+        # (45x45 proxy: 16.4 -> 14.4 us; the order of the sums changes the
+        # normals by rounding only).
+        order = np.argsort(np.arange(tris.shape[0]) % 4, kind="stable")
         self._scratch = _SkinData(
-            np.ascontiguousarray(tris, dtype=np.uint32).reshape(-1),
-            np.ascontiguousarray(weight, dtype=np.float32).reshape(-1),
+            np.ascontiguousarray(tris[order], dtype=np.uint32).reshape(-1),
+            np.ascontiguousarray(weight[order], dtype=np.float32).reshape(-1),
             np.float32(self.shape_factor),
             np.uint8(area is None),
             np.uint8(kind),
