@@ -116,8 +116,9 @@ class Binding:
         else:
             self.pinned_indices = np.flatnonzero(self.pin_weight > 0.0).astype(np.int32)
         # One pass over the dense vertices in their own order, as
-        # structure-of-arrays rows, so the compiler vectorises it (the corner
-        # reads become gathers). It uses the cheapest formula that covers
+        # structure-of-arrays rows, so the compiler can vectorise it (the
+        # corner reads become gathers; see _skin_vertices for the hosts where
+        # it runs scalar instead). It uses the cheapest formula that covers
         # every vertex: no offsets (vertices on the coarse surface), offsets
         # along the normal only, or any (tangential offsets: frills, parts
         # beyond a hem); vertices need no sorting by kind and the output is
