@@ -1154,17 +1154,33 @@ def pack_capsules(a0, b0, a1, b1, ra, rb, out):
     return bad
 
 
-@njit(cache=True)
+@njit(pipeline_class=NoAliasCompiler, cache=True, error_model="numpy", nogil=True,
+      fastmath={"nsz", "contract", "reassoc"})
+def _rows_from_flat(a, x, y, z):
+    """x, y, z = a[0::3], a[1::3], a[2::3] as float32; the count of points
+    with a value that is NaN or Inf as float32 (or does not fit in it).
+    Branch-free, the count in float32 (an int count kept the loop scalar),
+    every item of a point read (LLVM loads whole triples and shuffles them
+    apart): vectorised, 2.5 -> 1.4 us for 2,116 points. No "nnan"/"ninf"
+    in its fastmath: they would let LLVM drop the finiteness tests."""
+    n = np.uint64(x.shape[0])
+    bad = np.float32(0.0)
+    for i in range(n):
+        vx = np.float32(a[3 * i])
+        vy = np.float32(a[3 * i + 1])
+        vz = np.float32(a[3 * i + 2])
+        x[i] = vx
+        y[i] = vy
+        z[i] = vz
+        bad += F0 if np.isfinite(vx) & np.isfinite(vy) & np.isfinite(vz) else F1
+    return bad
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
 def rows_from_points(a, out):
     """out (3, n) float32 = a (n, 3) transposed; False if a value is NaN or
     Inf (or does not fit in float32)."""
-    ok = True
-    for i in range(a.shape[0]):
-        for c in range(3):
-            v = np.float32(a[i, c])
-            out[c, i] = v
-            ok &= np.isfinite(v)
-    return ok
+    return _rows_from_flat(a.ravel(), out[0], out[1], out[2]) == F0
 
 
 # ---------------------------------------------------------------- velocities
