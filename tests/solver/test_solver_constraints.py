@@ -335,3 +335,33 @@ def test_unilateral_distance_kernel_only_pulls_together():
     kernels.solve_distance_fast4(p4, ab, coef, True)
     assert np.allclose(p4[[0, 4]], [1.0, 2.0], atol=1e-5)   # 3 apart, limit 1: pulled to 1
     assert np.allclose(p4[[8, 12]], [10.0, 10.5])            # 0.5 apart: left alone
+
+
+def test_fourth_item_of_the_constraint_records_stays_zero():
+    """The 4-wide kernels work on x, y, z, 0 records, and from_aos4 reads
+    the fourth item back (adding it to x lets LLVM load whole records):
+    every fast kernel must leave it 0, or x would carry it."""
+    rest, faces, sizes = _strip(6)
+    rest = np.concatenate([rest, rest + [0.0, 0.3, 0.0]])
+    faces = np.concatenate([faces, faces + 14])
+    sizes = np.concatenate([sizes, sizes])
+    pin = np.zeros(len(rest), np.float32)
+    pin[[0, 1, 14, 15]] = 1.0
+    params = ClothParams(substeps=1)
+    model = build_model(rest, faces, sizes, vertex_masses(rest, faces, sizes, 0.2), pin, params)
+    step(model, model.new_state(), None, 1.0 / 60.0, params)   # coefficients for this dt
+    rng = np.random.default_rng(3)
+    pos = (rest.T + rng.normal(0.0, 0.05, rest.T.shape)).astype(np.float32)
+    p4 = np.empty(4 * model.n, np.float32)
+    kernels.to_aos4(pos, p4)
+    for c in (model.stretch, model.shear, model.limits):
+        kernels.solve_distance_fast4(p4, c.packed()[8], c.packed()[7], c is model.limits)
+    b = model.bend.packed()
+    kernels.solve_bending_fast4(p4, b[8], b[7], True)
+    kernels.solve_tethers_fast4(p4, model.tether_vertex_rec, model.tether_anchor_rec, model.tether_length,
+                                np.full(len(model.tether_vertex), 0.9, np.float32), np.float32(0.5))
+    assert not np.allclose(p4[0::4], pos[0])          # the kernels moved the vertices
+    assert np.all(p4[3::4] == 0.0)
+    out = np.empty_like(pos)
+    kernels.from_aos4(p4, out)
+    assert np.array_equal(out, p4.reshape(-1, 4)[:, :3].T)
