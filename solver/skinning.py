@@ -763,7 +763,8 @@ def _apply_pins(pinned, pin_weight, targets, out):
 def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, planes):
     """Every dense vertex, in order, with the cheapest formula that covers
     all of them (planes: see _patch_rows; a literal). Inlined into the two
-    compiled passes below.
+    serial passes below and into _skin_parallel, where its prange loops
+    are split over threads (elsewhere prange is range).
 
     Each component is read from a 1-D row: 2-D indexing (with the strides)
     kept the loop scalar. The loop bodies hold no branch and pass no array
@@ -775,7 +776,7 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, planes):
     w0, w1, w2 = bary[0], bary[1], bary[2]
     on, ot, ob = offset[0], offset[1], offset[2]
     if kind == 0:
-        for k in range(m):
+        for k in prange(m):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         _ZERO, _ZERO, _ZERO, planes)
             q = _U3 * k
@@ -783,7 +784,7 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, planes):
             out[q + _U1] = py_
             out[q + _U2] = pz_
     elif kind == 1:
-        for k in range(m):
+        for k in prange(m):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         on[k], _ZERO, _ZERO, planes)
             q = _U3 * k
@@ -791,7 +792,7 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, planes):
             out[q + _U1] = py_
             out[q + _U2] = pz_
     else:
-        for k in range(m):
+        for k in prange(m):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         on[k], ot[k], ob[k], planes)
             q = _U3 * k
@@ -851,32 +852,7 @@ def _skin_parallel(pos, tris, corner_weight, alpha, unit_faces, kind, corners, b
     """_skin_serial with the dense pass split over threads (same formulas)."""
     out = out.reshape(out.size)
     _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
-    x, y, z, nx, ny, nz, d = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5], coarse[6]
-    ca, cb, cc = corners[0], corners[1], corners[2]
-    w0, w1, w2 = bary[0], bary[1], bary[2]
-    on, ot, ob = offset[0], offset[1], offset[2]
-    m = ca.shape[0]
-    if kind == 0:
-        for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        _ZERO, _ZERO, _ZERO, False)
-            out[3 * k] = px_
-            out[3 * k + 1] = py_
-            out[3 * k + 2] = pz_
-    elif kind == 1:
-        for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        on[k], _ZERO, _ZERO, False)
-            out[3 * k] = px_
-            out[3 * k + 1] = py_
-            out[3 * k + 2] = pz_
-    else:
-        for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        on[k], ot[k], ob[k], False)
-            out[3 * k] = px_
-            out[3 * k + 1] = py_
-            out[3 * k + 2] = pz_
+    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, False)
     _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
