@@ -233,7 +233,7 @@ class SelfCollision:
         if self.inv_mass.shape != (n,):
             raise _Error(f"self collision: inv_mass must have shape ({n},), got {self.inv_mass.shape}")
         self._build_topology()
-        self._acc = np.zeros((n, 4), dtype=np.float64)   # the serial solve's per-vertex sums
+        self._acc = np.zeros(4 * n, dtype=np.float32)   # the serial solve's per-vertex sums
         # and the vertices they touch (one spare: _scatter writes an item
         # before it decides whether to count it)
         self._touched = np.empty(n + 1, dtype=np.uint32)

@@ -1574,10 +1574,10 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
     # fixed order of its slot list.
     for q in prange(vertex_list.shape[0]):
         i = vertex_list[q]
-        sx = 0.0
-        sy = 0.0
-        sz = 0.0
-        nact = 0
+        sx = _F32_ZERO
+        sy = _F32_ZERO
+        sz = _F32_ZERO
+        nact = _F32_ZERO
         for j in range(vertex_slot_start[q], vertex_slot_start[q + 1]):
             code = vertex_slot[j]
             k = code >> 2
@@ -1587,18 +1587,18 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
             sx += slot_delta[k, sl, 0]
             sy += slot_delta[k, sl, 1]
             sz += slot_delta[k, sl, 2]
-            nact += 1
-        if nact > 0:
-            inv = 1.0 / nact
+            nact += _F32_ONE
+        if nact > _F32_ZERO:
+            inv = _F32_ONE / nact
             pos[0, i] += sx * inv
             pos[1, i] += sy * inv
             pos[2, i] += sz * inv
 
 
 @njit(**_HELPER)
-def _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, todo, nt):
+def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
-    contacts' float32 corrections in contact order, in float64), but reading
+    contacts' float32 corrections in contact order, in float32), but reading
     only the contacts pass 1 listed (todo[:nt], in order; no other can be
     active), instead of every vertex's slot list, and their corrections
     where pass 1 left them (row place[q] of st and dl, see solve_work), not
@@ -1607,32 +1607,42 @@ def _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, tod
     are moved: on the cached layered bench ~310 of the 1,250 vertices with
     contacts, which the loop over all of them had visited every substep.
     touched needs n + 1 items: each slot's vertex is written before the
-    branch-free count decides whether it stays."""
-    nv = 0
-    for q in range(nt):
-        r = place[q]
+    branch-free count decides whether it stays. cvf: contact_vertex
+    flattened; acc: (4 n,) float32, each vertex's x, y, z sums and count
+    (zero between calls). Indices unsigned: no negative-index fix-ups on
+    the read-modify-writes. Sums in float32 (they were float64): the
+    sums half the size, no conversions. With the unsigned indices the
+    cached layered bench's contact solve took 29.7 us a substep instead of
+    31.0 (its recorded substeps). The corrections are float32, and a vertex
+    sums a few of them; _gather sums the same way."""
+    nv = np.uint64(0)
+    for q in range(np.uint64(nt)):
+        r = np.uint64(place[q])
         if st[r] != SLOT_ON:
             continue
-        k = todo[q]
-        m = 2 if contact_kind[k] == KIND_POINT_POINT else 4
+        k = np.uint64(todo[q])
+        m = np.uint64(2) if contact_kind[k] == KIND_POINT_POINT else np.uint64(4)
         for sl in range(m):
-            i = contact_vertex[k, sl]
+            i = np.uint64(cvf[np.uint64(4) * k + sl])
+            b = np.uint64(4) * i
             touched[nv] = i
-            nv += 1 if acc[i, 3] == 0.0 else 0
-            acc[i, 0] += dl[3 * sl, r]
-            acc[i, 1] += dl[3 * sl + 1, r]
-            acc[i, 2] += dl[3 * sl + 2, r]
-            acc[i, 3] += 1.0
+            nv += np.uint64(1) if acc[b + np.uint64(3)] == _F32_ZERO else np.uint64(0)
+            j = np.uint64(3) * sl
+            acc[b] += dl[j, r]
+            acc[b + np.uint64(1)] += dl[j + np.uint64(1), r]
+            acc[b + np.uint64(2)] += dl[j + np.uint64(2), r]
+            acc[b + np.uint64(3)] += _F32_ONE
     for q in range(nv):
-        i = touched[q]
-        inv = 1.0 / acc[i, 3]
-        pos[0, i] += acc[i, 0] * inv
-        pos[1, i] += acc[i, 1] * inv
-        pos[2, i] += acc[i, 2] * inv
-        acc[i, 0] = 0.0
-        acc[i, 1] = 0.0
-        acc[i, 2] = 0.0
-        acc[i, 3] = 0.0
+        i = np.uint64(touched[q])
+        b = np.uint64(4) * i
+        inv = _F32_ONE / acc[b + np.uint64(3)]
+        pos[0, i] += acc[b] * inv
+        pos[1, i] += acc[b + np.uint64(1)] * inv
+        pos[2, i] += acc[b + np.uint64(2)] * inv
+        acc[b] = _F32_ZERO
+        acc[b + np.uint64(1)] = _F32_ZERO
+        acc[b + np.uint64(2)] = _F32_ZERO
+        acc[b + np.uint64(3)] = _F32_ZERO
 
 
 _gather = njit(parallel=True, **_JIT)(_gather_impl)
@@ -1648,7 +1658,7 @@ def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, co
                              contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
                              frows, fans, work, False)
     _, _, _, place, st, dl = work
-    _scatter(pos, dl, st, place, contact_vertex, contact_kind, acc, touched, todo, nt)
+    _scatter(pos, dl, st, place, contact_vertex.reshape(contact_vertex.size), contact_kind, acc, touched, todo, nt)
 
 
 solve_serial = njit(**_HELPER)(_solve_serial_impl)
