@@ -19,7 +19,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
-from .shared import NoAliasCompiler, compact_flags, renamed
+from .shared import NoAliasCompiler, compact_flags, prefer_scalar_loads, renamed
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
@@ -1165,6 +1165,7 @@ def _strip_flags(x, y, z, fv, f0, f1, f2, f3, f4, side, target, slot_active, sel
     orders (c0, c1, c2), (c1, c2, c3), (c2, c3, c4). Half the gathers of
     three separate contacts (18 instead of 36): on the cached layered bench
     (1,242 fans of 1,250 vertices) 10.8 -> 7.8 us a substep."""
+    prefer_scalar_loads()
     nf = np.uint64(fv.shape[0])
     for f in range(nf):
         v = np.uint64(fv[f])
@@ -1196,6 +1197,7 @@ def _plane_flags(x, y, z, r0, r1, r2, r3, side, target, slot_active, sel, start)
     contacts end at the first test and a quarter are stale; pass 1 took
     that three-way split one contact at a time, this pass in ~4 ns per
     contact. Contacts from `start` on (the strip fans' come first)."""
+    prefer_scalar_loads()
     nc = np.uint64(target.shape[0])
     for k in range(np.uint64(start), nc):
         i0 = np.uint64(r0[k])
@@ -1392,6 +1394,7 @@ def _ee_rows(ee, start, end, x, y, z, xp, yp, zp, cv, nrm, frame, tri, target, f
     normal turned with its frame triangle, the closest points of the two
     edges, the stale and reach tests, the correction. tri: the triangles
     flattened (3 corners per triangle)."""
+    prefer_scalar_loads()
     for q in range(np.uint64(start), np.uint64(end)):
         k = np.uint64(ee[q])
         i, p = _lane_vertices(cv, k, x, y, z)
@@ -1459,6 +1462,7 @@ def _vt_rows(vt, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
     vertices' corrections dl[3 j + axis, q]. x, y, z and xp, yp, zp: the
     rows of pos and prev_pos; cv, nrm: contact_vertex and contact_normal
     flattened."""
+    prefer_scalar_loads()
     for q in range(np.uint64(start), np.uint64(end)):
         k = np.uint64(vt[q])
         i, p = _lane_vertices(cv, k, x, y, z)
@@ -1507,6 +1511,7 @@ def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
     """_vt_rows for the listed point-point contacts pp[start:end]: the
     stored normal, no reach test (the rows' last two vertices are the
     first two again, with weight 0)."""
+    prefer_scalar_loads()
     for q in range(np.uint64(start), np.uint64(end)):
         k = np.uint64(pp[q])
         i0 = np.uint64(cv[4 * k])

@@ -4,9 +4,20 @@ flag compaction."""
 
 import types
 
+import numba
 import numpy as np
+from llvmlite import binding as llvm_binding
 from numba import njit
+from numba.core import types as nb_types
 from numba.core.compiler import Compiler
+from numba.extending import intrinsic
+
+# AMD Zen hosts gather slowly: a 16-lane AVX-512 gather of float32 takes
+# ~5.8 ns on the Zen 4 host, 16 scalar loads put into a vector ~3 ns.
+# numba compiles for the host CPU by this name (NUMBA_CPU_NAME overrides
+# it), and its cache keeps code per CPU name and features.
+_CPU = numba.config.CPU_NAME
+SLOW_GATHERS = (llvm_binding.get_host_cpu_name() if _CPU in (None, "", "host") else _CPU).startswith("znver")
 
 
 class NoAliasCompiler(Compiler):
@@ -21,6 +32,34 @@ class NoAliasCompiler(Compiler):
         flags = flags.copy()
         flags.noalias = True
         super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
+
+
+@intrinsic
+def prefer_scalar_loads(typingctx):
+    """Call first thing in an njit function whose vectorised loops read
+    through an index array: on a host with slow gathers (SLOW_GATHERS) the
+    function is compiled with LLVM's prefer-no-gather tuning, so its
+    vectorised loops load each lane's item with a scalar load and insert it
+    into the vector instead of gathering. Elsewhere, and where llvmlite
+    refuses the attribute, it does nothing. Costs nothing at run time: it
+    only sets the compiled function's "target-features" attribute (the
+    compiler's own features plus the tuning flag; a function's attribute
+    replaces the features it is compiled with, not adds to them).
+
+    Measured on the Zen 4 host (cached layered bench, contact solve): the
+    filter and row passes ~25% faster than with gathers."""
+    def codegen(context, builder, signature, args):
+        if SLOW_GATHERS:
+            features = getattr(context.codegen(), "_tm_features", "")
+            value = (features + "," if features else "") + "+prefer-no-gather"
+            try:
+                # llvmlite's FunctionAttributes only takes the flag names it
+                # lists; a quoted key="value" pair is valid LLVM IR.
+                set.add(builder.function.attributes, f'"target-features"="{value}"')
+            except Exception:   # another llvmlite: compile as usual
+                pass
+        return context.get_dummy_value()
+    return nb_types.none(), codegen
 
 
 def renamed(fn, name):
