@@ -2069,6 +2069,7 @@ def _patch_triangles(j0, j1, ptris, trif, px, py, pz, rx, ry, rz, tri_region, re
     sheet's detection. A degenerate triangle (n2 <= tiny) keeps its
     unnormalised normal, altitude 0 and an infinite Lipschitz bound. Only
     the conservative rejects read these (1% slack)."""
+    prefer_scalar_loads()
     ax = _F32_ZERO
     ay = _F32_ZERO
     az = _F32_ZERO
