@@ -38,21 +38,15 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
-from llvmlite import binding as llvm_binding
 from numba import njit, prange
 
-from .shared import NoAliasCompiler
+from .shared import NoAliasCompiler, prefer_scalar_loads
 
 __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
 
 DEFAULT_SHAPE_FACTOR = 0.5
 # Below this many dense vertices one thread beats the cost of waking a pool.
 _PARALLEL_MIN_VERTICES = 20000
-# The dense pass runs scalar on AMD Zen hosts (slow gathers) and vectorised
-# elsewhere (see _skin_vertices). numba compiles for the host CPU by this
-# name (NUMBA_CPU_NAME overrides it), and its cache keeps code per CPU name.
-_CPU = numba.config.CPU_NAME
-_SCALAR_SKIN = (llvm_binding.get_host_cpu_name() if _CPU in (None, "", "host") else _CPU).startswith("znver")
 # Tangent-plane fixed-point steps that slide a barycentric point on the Phong
 # surface until the dense vertex lies along its interpolated normal.
 _REFINE_ITERATIONS = 4
@@ -70,7 +64,7 @@ class _SkinData(NamedTuple):
     corners: np.ndarray        # (3, m) uint32: coarse corners, dense order
     bary: np.ndarray           # (3, m) float32, dense order
     offset: np.ndarray         # (3, m) float32, dense order
-    coarse: np.ndarray         # (7, c) float32 scratch: positions, unit normals, p . n
+    coarse: np.ndarray         # (6, c) float32 scratch: positions, unit normals
     pinned: np.ndarray         # (p,) uint32 dense vertices with pin weight > 0
     pin_weight: np.ndarray     # (p,) float32
 
@@ -117,8 +111,8 @@ class Binding:
             self.pinned_indices = np.flatnonzero(self.pin_weight > 0.0).astype(np.int32)
         # One pass over the dense vertices in their own order, as
         # structure-of-arrays rows, so the compiler can vectorise it (the
-        # corner reads become gathers; see _skin_vertices for the hosts where
-        # it runs scalar instead). It uses the cheapest formula that covers
+        # corner reads are gathers, or scalar loads on hosts with slow
+        # gathers: see _skin_vertices). It uses the cheapest formula that covers
         # every vertex: no offsets (vertices on the coarse surface), offsets
         # along the normal only, or any (tangential offsets: frills, parts
         # beyond a hem); vertices need no sorting by kind and the output is
@@ -153,7 +147,7 @@ class Binding:
             np.ascontiguousarray(tris[self.triangle].T, dtype=np.uint32).reshape(3, -1),
             np.ascontiguousarray(self.bary, dtype=np.float32).reshape(3, -1),
             np.ascontiguousarray(off, dtype=np.float32).reshape(3, -1),
-            np.zeros((7, self.n_coarse), np.float32),
+            np.zeros((6, self.n_coarse), np.float32),
             pinned.astype(np.uint32),
             (np.zeros(0, np.float32) if self.pin_weight is None
              else np.ascontiguousarray(self.pin_weight[pinned], dtype=np.float32)),
@@ -324,8 +318,8 @@ def _cell_index(value, origin, cell, dim):
 @njit(cache=True, parallel=True, fastmath=True)
 def _bind_kernel(px, py, pz, tris, tri_box, coarse, alpha, qx, qy, qz, origin, cell, dims,
                  cell_start, cell_items, iterations, out_tri, out_bary, out_offset):
-    """coarse: (7, c) rows of positions, unit smooth normals and p . n (_corners)."""
-    rx_, ry_, rz_, rnx, rny, rnz, rd = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5], coarse[6]
+    """coarse: (6, c) rows of positions and unit smooth normals (_corners)."""
+    rx_, ry_, rz_, rnx, rny, rnz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
     ny_ = dims[1]
     nz_ = dims[2]
     for q in prange(qx.shape[0]):
@@ -414,7 +408,7 @@ def _bind_kernel(px, py, pz, tris, tri_box, coarse, alpha, qx, qy, qz, origin, c
         # triangle (Gauss-Newton with the flat triangle as the Jacobian).
         for _ in range(iterations):
             (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
-             fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, rd, a, b, c, b0, b1, b2, alpha, False)
+             fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, a, b, c, b0, b1, b2, alpha)
             rx = x - sx
             ry = y - sy
             rz = z - sz
@@ -423,7 +417,7 @@ def _bind_kernel(px, py, pz, tris, tri_box, coarse, alpha, qx, qy, qz, origin, c
                 fx + rx - rn * Nx, fy + ry - rn * Ny, fz + rz - rn * Nz,
                 px[a], py[a], pz[a], px[b], py[b], pz[b], px[c], py[c], pz[c])
         (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
-         fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, rd, a, b, c, b0, b1, b2, alpha, False)
+         fx, fy, fz) = _patch_rows(rx_, ry_, rz_, rnx, rny, rnz, a, b, c, b0, b1, b2, alpha)
         rx = x - sx
         ry = y - sy
         rz = z - sz
@@ -477,10 +471,9 @@ def _corner_angles(positions, tris):
 
 
 def _corners(px, py, pz, tris, corner_angle, dtype):
-    """(7, c) rows of positions, unit vertex normals weighted by corner
-    angle and p . n, in dtype (bind: float64): _coarse_frame, as skin
-    computes them."""
-    coarse = np.zeros((7, px.shape[0]), dtype)
+    """(6, c) rows of positions and unit vertex normals weighted by corner
+    angle, in dtype (bind: float64): _coarse_frame, as skin computes them."""
+    coarse = np.zeros((6, px.shape[0]), dtype)
     _coarse_frame(px, py, pz, np.ascontiguousarray(tris).reshape(-1),
                   np.ascontiguousarray(corner_angle).reshape(-1), 1, coarse)
     return coarse
@@ -580,9 +573,7 @@ def bind(coarse_rest, coarse_triangles, dense_rest, dense_pinned=None, *,
 @njit(**_KERNEL)
 def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
     """Coarse positions and unit smooth normals into the rows of `coarse`
-    (7, c): x, y, z, nx, ny, nz and d = p . n (each corner's tangent plane
-    as n . q = d, for the scalar Phong pass); flat (3t,) triangles and
-    corner weights.
+    (6, c): x, y, z, nx, ny, nz; flat (3t,) triangles and corner weights.
     Skin calls it every frame (float32, see Binding.corner_weight), bind
     once at rest (float64, angle weights and unit faces, via _corners).
 
@@ -604,7 +595,7 @@ def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
     angle-weighted one only as far as triangles change area.
     """
     x, y, z = coarse[0], coarse[1], coarse[2]
-    nx, ny, nz, d = coarse[3], coarse[4], coarse[5], coarse[6]
+    nx, ny, nz = coarse[3], coarse[4], coarse[5]
     nc = np.uint64(px.shape[0])
     for i in range(nc):
         x[i] = px[i]
@@ -655,20 +646,13 @@ def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
         nx[i] = sx
         ny[i] = sy
         nz[i] = sz
-        d[i] = x[i] * sx + y[i] * sy + z[i] * sz
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _patch_rows(x, y, z, nx, ny, nz, d, a, b, c, w0, w1, w2, alpha, planes):
+def _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha):
     """Phong point S, unit normal N, face normal F, tangent T and the flat
     point of coarse triangle abc at barycentrics w, from the rows of
-    _coarse_frame. Unused results are dropped by the compiler.
-
-    planes (a literal): the flat point's height over corner i's tangent
-    plane as f . n_i - d_i (d = p . n from _coarse_frame: three loads, nine
-    fewer operations; the scalar pass) or as (f - p_i) . n_i (no loads
-    beyond the corners': the vectorised pass, where each load is a gather,
-    and bind). The same in exact arithmetic."""
+    _coarse_frame. Unused results are dropped by the compiler."""
     ax = x[a]
     ay = y[a]
     az = z[a]
@@ -690,14 +674,9 @@ def _patch_rows(x, y, z, nx, ny, nz, d, a, b, c, w0, w1, w2, alpha, planes):
     fx = w0 * ax + w1 * bx + w2 * cx
     fy = w0 * ay + w1 * by + w2 * cy
     fz = w0 * az + w1 * bz + w2 * cz
-    if planes:
-        da = alpha * w0 * (fx * anx + fy * any_ + fz * anz - d[a])
-        db = alpha * w1 * (fx * bnx + fy * bny + fz * bnz - d[b])
-        dc = alpha * w2 * (fx * cnx + fy * cny + fz * cnz - d[c])
-    else:
-        da = alpha * w0 * ((fx - ax) * anx + (fy - ay) * any_ + (fz - az) * anz)
-        db = alpha * w1 * ((fx - bx) * bnx + (fy - by) * bny + (fz - bz) * bnz)
-        dc = alpha * w2 * ((fx - cx) * cnx + (fy - cy) * cny + (fz - cz) * cnz)
+    da = alpha * w0 * ((fx - ax) * anx + (fy - ay) * any_ + (fz - az) * anz)
+    db = alpha * w1 * ((fx - bx) * bnx + (fy - by) * bny + (fz - bz) * bnz)
+    dc = alpha * w2 * ((fx - cx) * cnx + (fy - cy) * cny + (fz - cz) * cnz)
     sx = fx - (da * anx + db * bnx + dc * cnx)
     sy = fy - (da * any_ + db * bny + dc * cny)
     sz = fz - (da * anz + db * bnz + dc * cnz)
@@ -729,13 +708,13 @@ def _patch_rows(x, y, z, nx, ny, nz, d, a, b, c, w0, w1, w2, alpha, planes):
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _skin_point(x, y, z, nx, ny, nz, d, alpha, a, b, c, w0, w1, w2, on, ot, ob, planes):
+def _skin_point(x, y, z, nx, ny, nz, alpha, a, b, c, w0, w1, w2, on, ot, ob):
     """Dense position at barycentrics w of coarse triangle abc, offsets (on,
     ot, ob). Branch-free, so numba's reference counts on the rows are pruned;
     a caller passing literal zero offsets gets the terms (and the normal,
     tangent and their square roots) compiled away."""
     (sx, sy, sz, Nx, Ny, Nz, Fx, Fy, Fz, Tx, Ty, Tz,
-     _, _, _) = _patch_rows(x, y, z, nx, ny, nz, d, a, b, c, w0, w1, w2, alpha, planes)
+     _, _, _) = _patch_rows(x, y, z, nx, ny, nz, a, b, c, w0, w1, w2, alpha)
     Bx = Fy * Tz - Fz * Ty
     By = Fz * Tx - Fx * Tz
     Bz = Fx * Ty - Fy * Tx
@@ -760,69 +739,62 @@ def _apply_pins(pinned, pin_weight, targets, out):
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, planes):
+def _dense_pass(kind, coarse, alpha, corners, bary, offset, out):
     """Every dense vertex, in order, with the cheapest formula that covers
-    all of them (planes: see _patch_rows; a literal). Inlined into the two
-    serial passes below and into _skin_parallel, where its prange loops
-    are split over threads (elsewhere prange is range).
+    all of them. Inlined into the serial pass below and into
+    _skin_parallel, where its prange loops are split over threads
+    (elsewhere prange is range).
 
     Each component is read from a 1-D row: 2-D indexing (with the strides)
     kept the loop scalar. The loop bodies hold no branch and pass no array
     to a helper that has one (numba's reference counts would stay in the
     loop, which then does not vectorise either)."""
     m = np.uint64(corners.shape[1])
-    x, y, z, nx, ny, nz, d = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5], coarse[6]
+    x, y, z, nx, ny, nz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
     ca, cb, cc = corners[0], corners[1], corners[2]
     w0, w1, w2 = bary[0], bary[1], bary[2]
     on, ot, ob = offset[0], offset[1], offset[2]
     if kind == 0:
         for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        _ZERO, _ZERO, _ZERO, planes)
+            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
+                                        _ZERO, _ZERO, _ZERO)
             q = _U3 * k
             out[q] = px_
             out[q + _U1] = py_
             out[q + _U2] = pz_
     elif kind == 1:
         for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        on[k], _ZERO, _ZERO, planes)
+            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
+                                        on[k], _ZERO, _ZERO)
             q = _U3 * k
             out[q] = px_
             out[q + _U1] = py_
             out[q + _U2] = pz_
     else:
         for k in prange(m):
-            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, d, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
-                                        on[k], ot[k], ob[k], planes)
+            px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
+                                        on[k], ot[k], ob[k])
             q = _U3 * k
             out[q] = px_
             out[q + _U1] = py_
             out[q + _U2] = pz_
 
 
-# Two compilations of the dense pass; skin() runs the one that is faster on
-# the host (_SCALAR_SKIN). Vectorised, every corner read is a gather:
-# NoAliasCompiler (solver.shared) lets LLVM vectorise the pass, which reads
-# through index arrays (it could read what the loop wrote). On the Intel
-# host of the earlier sessions that took 3.9 ns per dense vertex against 6.4
-# scalar (45x45 proxy, 10,201 dense vertices). On AMD Zen 4 gathers cost as
-# much as the scalar loads they replace: 6.5 ns either way, and the scalar
-# pass with the tangent planes as n . q = d (_patch_rows' planes: nine
-# operations fewer, three loads more, which vectorised are three gathers
-# more: 7.4 ns) takes 5.5 ns.
+# The dense pass reads each corner through index arrays: NoAliasCompiler
+# (solver.shared) lets LLVM vectorise it anyway (it could read what the loop
+# wrote). On the Intel host of the earlier sessions that took 3.9 ns per
+# dense vertex against 6.4 scalar (45x45 proxy, 10,201 dense vertices). On
+# AMD Zen 4 each of its 18 corner reads vectorised as a gather cost as much
+# as the scalar loads it replaced (6.5 ns either way; a scalar pass with the
+# tangent planes as n . q = d, 5.5 ns, ran there in the thirteenth session):
+# with prefer_scalar_loads the loads are scalar and the arithmetic stays
+# vectorised, 3.8 ns.
 @njit(pipeline_class=NoAliasCompiler, **_KERNEL)
 def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out):
-    """The vectorised dense pass. Its arguments must not overlap
-    (`NoAliasCompiler`): skin() passes the binding's own arrays and its
-    output only."""
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, False)
-
-
-@njit(**_KERNEL)
-def _skin_vertices_scalar(kind, coarse, alpha, corners, bary, offset, out):
-    """The scalar dense pass (without NoAliasCompiler LLVM keeps it scalar)."""
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, True)
+    """The dense pass. Its arguments must not overlap (`NoAliasCompiler`):
+    skin() passes the binding's own arrays and its output only."""
+    prefer_scalar_loads()
+    _dense_pass(kind, coarse, alpha, corners, bary, offset, out)
 
 
 @njit(**_KERNEL)
@@ -836,23 +808,13 @@ def _skin_serial(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bar
     _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
-@njit(**_KERNEL)
-def _skin_serial_scalar(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
-                        coarse, pinned, pin_weight, targets, out):
-    """_skin_serial with the scalar dense pass."""
-    out = out.reshape(out.size)
-    _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
-    _skin_vertices_scalar(kind, coarse, alpha, corners, bary, offset, out)
-    _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
-
-
 @njit(parallel=True, **_KERNEL)
 def _skin_parallel(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
                    coarse, pinned, pin_weight, targets, out):
     """_skin_serial with the dense pass split over threads (same formulas)."""
     out = out.reshape(out.size)
     _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, False)
+    _dense_pass(kind, coarse, alpha, corners, bary, offset, out)
     _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
@@ -914,7 +876,7 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
             targets = np.ascontiguousarray(targets, dtype=np.float32)
         if targets.shape != (m, 3):
             raise ValueError(f"pin_targets must be ({m}, 3), got {targets.shape}")
-    kernel = _skin_serial_scalar if _SCALAR_SKIN else _skin_serial
+    kernel = _skin_serial
     if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
         kernel = _skin_parallel
     # The kernel writes flat records: a strided `out` is filled through a copy.
