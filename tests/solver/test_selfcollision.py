@@ -322,6 +322,57 @@ def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_
     assert gap.min() > 0.0099 and gap.max() < 0.0101
 
 
+def test_filter_decides_only_what_pass_one_would():
+    # The filter leaves a contact (sel 0) when its vertex is clear of the
+    # triangle's plane, stale and deep behind it, or beside the triangle by
+    # more than the reach (five dot products, not pass 1's closest point).
+    # Whatever it leaves must get the slot state pass 1 would give it:
+    # checked against _vt_rows run on every contact, on cached layer
+    # contacts (strip fans and single contacts) with the layers shifted,
+    # shaken and partly pushed through, from random slot states.
+    m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
+    x[0, na:] += 0.009
+    x[1, na:] += 0.004
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
+                                 friction=0.2, layers=[0, 1])
+    sc.cache_contacts(x, radius=0.02, between_regions=True)
+    nc, fans, rows = sc.count, sc._fans, sc._filter_rows
+    nf = fans.shape[1]
+    assert nf > 0 and np.all(sc.contact_kind == KIND_VERTEX_TRIANGLE)
+    cv = sc.contact_vertex
+    every = np.arange(nc, dtype=np.uint32)
+    rng = np.random.default_rng(11)
+    by_beside = 0
+    for trial in range(8):
+        y = x + rng.normal(0.0, 0.005, x.shape).astype(np.float32)
+        y[2, na:] -= np.float32(0.012) * (rng.random(len(m.region) - na) < 0.2)   # some pushed through
+        prev = x.copy()
+        state = rng.choice(np.array([sck.SLOT_OFF, sck.SLOT_ON, sck.SLOT_STALE], np.uint8), nc)
+        active = state.copy()
+        sel = np.zeros(sck.solve_work(nc)[0].shape[0], np.uint8)
+        sck._strip_flags(y[0], y[1], y[2], fans[0], fans[1], fans[2], fans[3], fans[4], fans[5], rows[4],
+                         sc.contact_target, active, sel)
+        sck._plane_flags(y[0], y[1], y[2], rows[0], rows[1], rows[2], rows[3], rows[4], sc.contact_target,
+                         active, sel, 3 * nf)
+        st = np.empty(nc, np.uint8)
+        dl = np.empty((12, nc), np.float32)
+        sck._vt_rows(every, 0, nc, y[0], y[1], y[2], prev[0], prev[1], prev[2], cv.reshape(-1),
+                     sc.contact_normal.reshape(-1), sc.contact_target, sc.contact_friction, sc.inv_mass,
+                     state, st, dl)
+        expected = np.where(st == 3, state, st)   # 3: a stale contact left as it was
+        left = sel[:nc] == 0
+        assert np.array_equal(active[left], expected[left])
+        # Those the plane tests alone would have listed: the vertex well
+        # inside the thickness over the plane (float64 here), not stale.
+        p = y.T.astype(np.float64)
+        normal = np.cross(p[cv[:, 2]] - p[cv[:, 1]], p[cv[:, 3]] - p[cv[:, 1]])
+        normal /= np.linalg.norm(normal, axis=1)[:, None]
+        h = np.einsum("ij,ij->i", p[cv[:, 0]] - p[cv[:, 1]], normal) * np.sign(sc.contact_normal[:, 0])
+        by_beside += np.count_nonzero(left & (np.abs(h) < 0.9 * sc.contact_target) & (state != sck.SLOT_STALE))
+        assert 0 < np.count_nonzero(~left) < nc
+    assert by_beside > 100
+
+
 @pytest.mark.parametrize("between_regions", [True, False])
 def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
     # Cached layer contacts are grouped per vertex into strip fans (three
