@@ -640,12 +640,9 @@ def _coarse_frame(px, py, pz, tris, corner_weight, unit_faces, coarse):
         sy = ny[i]
         sz = nz[i]
         inv = _ONE / np.sqrt(max(sx * sx + sy * sy + sz * sz, _TINY))
-        sx *= inv
-        sy *= inv
-        sz *= inv
-        nx[i] = sx
-        ny[i] = sy
-        nz[i] = sz
+        nx[i] = sx * inv
+        ny[i] = sy * inv
+        nz[i] = sz * inv
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
