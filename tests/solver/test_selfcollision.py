@@ -322,6 +322,19 @@ def test_cached_layer_contacts_keep_each_vertexs_nearest_triangles_and_hold_the_
     assert gap.min() > 0.0099 and gap.max() < 0.0101
 
 
+def cached_layers(dx, dy, between_regions):
+    """Two 12x12 layered sheets 4 mm apart, the outer shifted by (dx, dy),
+    with contacts cached between them: (merged mesh, positions, first outer
+    vertex, SelfCollision)."""
+    m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
+    x[0, na:] += np.float32(dx)
+    x[1, na:] += np.float32(dy)
+    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
+                                 friction=0.2, layers=[0, 1])
+    sc.cache_contacts(x, radius=0.02, between_regions=between_regions)
+    return m, x, na, sc
+
+
 def test_filter_decides_only_what_pass_one_would():
     # The filter leaves a contact (sel 0) when its vertex is clear of the
     # triangle's plane, stale and deep behind it, or beside the triangle by
@@ -330,12 +343,7 @@ def test_filter_decides_only_what_pass_one_would():
     # checked against _vt_rows run on every contact, on cached layer
     # contacts (strip fans and single contacts) with the layers shifted,
     # shaken and partly pushed through, from random slot states.
-    m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
-    x[0, na:] += 0.009
-    x[1, na:] += 0.004
-    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
-                                 friction=0.2, layers=[0, 1])
-    sc.cache_contacts(x, radius=0.02, between_regions=True)
+    m, x, na, sc = cached_layers(0.009, 0.004, True)
     nc, fans, rows = sc.count, sc._fans, sc._filter_rows
     nf = fans.shape[1]
     assert nf > 0 and np.all(sc.contact_kind == KIND_VERTEX_TRIANGLE)
@@ -384,12 +392,7 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
     # where some contacts are clear, some violated and some stale. Without
     # between_regions the cache also holds edge-edge contacts and vertices
     # with more than three: fewer fans, the rest filtered one by one.
-    m, rest, x, na = two_sheets(0.004, n=12, rest_gap=0.05)
-    x[0, na:] += 0.007
-    x[1, na:] += 0.003
-    sc = SelfCollision.from_mesh(rest, m.face_indices, m.face_sizes, m.region, thickness=0.008,
-                                 friction=0.2, layers=[0, 1])
-    sc.cache_contacts(x, radius=0.02, between_regions=between_regions)
+    m, x, na, sc = cached_layers(0.007, 0.003, between_regions)
     fans, nc = sc._fans, sc.count
     nf = fans.shape[1]
     assert nf > (0.8 * len(m.region) if between_regions else 10)
