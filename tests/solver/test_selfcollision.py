@@ -703,3 +703,41 @@ def test_branch_free_closest_points_of_two_segments_match_an_independent_distanc
     got = np.linalg.norm((a + s * (b - a)) - (c + t * (d - c)), axis=1)
     want = segment_segment_distance(a, b, c, d)
     assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_patch_motion_bound_is_the_displacement_gradients_frobenius_norm():
+    # The flat-patch cull bounds how fast the step's displacement changes
+    # across the cloth by each triangle's squared Lipschitz bound. It must
+    # hold: at least the squared largest singular value of the
+    # displacement's gradient over the triangle (an SVD, written apart); and
+    # be tight: at most its squared Frobenius norm (plus 2% for rounding
+    # where the terms cancel), or the cull fails on moving cloth it could
+    # skip.
+    rng = np.random.default_rng(5)
+    nt = 400
+    corners = rng.normal(size=(nt, 3, 3)).astype(np.float32)
+    corners[:40, 2] = corners[:40, 0] + np.float32(0.05) * (corners[:40, 1] - corners[:40, 0]) \
+        + np.float32(0.02) * rng.normal(size=(40, 3))                                      # thin
+    move = rng.normal(size=(nt, 3, 3)).astype(np.float32)
+    move[100:200] = np.einsum("tij,tkj->tki", rng.normal(size=(100, 3, 3)), corners[100:200])  # linear
+    pos = np.ascontiguousarray(corners.reshape(-1, 3).T)
+    rel = np.ascontiguousarray(move.reshape(-1, 3).T)
+    tri = np.arange(3 * nt, dtype=np.int32)
+    rows = np.zeros((7, nt), np.float32)
+    sck._patch_triangles(np.uint64(0), np.uint64(nt), np.arange(nt, dtype=np.int32), tri, pos[0], pos[1], pos[2],
+                         rel[0], rel[1], rel[2], np.zeros(nt, np.int32), np.ones(1, np.float32),
+                         np.ones(1, np.float32), *rows)
+    lip = rows[4].astype(np.float64)
+    c = corners.astype(np.float64)
+    m = move.astype(np.float64)
+    E = np.stack([c[:, 1] - c[:, 0], c[:, 2] - c[:, 0]], axis=2)       # (nt, 3, 2) edges
+    D = np.stack([m[:, 1] - m[:, 0], m[:, 2] - m[:, 0]], axis=2)       # their displacement change
+    J = D @ np.linalg.pinv(E)                                          # the gradient on the plane
+    sv = np.linalg.svd(J, compute_uv=False)
+    assert np.all(lip >= sv[:, 0] ** 2 * (1 - 1e-4))
+    assert np.all(lip <= (sv ** 2).sum(axis=1) * 1.02 + 1e-6)
+    # Points of the triangle: their displacements differ by at most the bound.
+    w = rng.dirichlet(np.ones(3), size=(nt, 2))
+    dx = np.einsum("tk,tkj->tj", w[:, 0] - w[:, 1], c)
+    dr = np.einsum("tk,tkj->tj", w[:, 0] - w[:, 1], m)
+    assert np.all((dr ** 2).sum(axis=1) <= lip * (dx ** 2).sum(axis=1) * (1 + 1e-4) + 1e-9)
