@@ -318,6 +318,7 @@ class SelfCollision:
         adj_start = np.cumsum(adj_start)
         self.adj_start, self.adj = adj_start, adj
         self.ring_start, self.ring = _k.triangle_rings(tri, adj_start, adj, n)
+        self.tri_comp = _k.triangle_components(tri, n)
         # Vertex -> triangles (ascending) and edge -> its first two triangles,
         # for the canonical emission rule.
         tv = tri.reshape(-1).astype(np.int64)
@@ -425,7 +426,7 @@ class SelfCollision:
         stats = np.zeros(2, dtype=np.int64)
         while True:
             args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.edge_tris,
-                    self.tri_region, self.vtri_start, self.vtri, self.adj_start, self.adj,
+                    self.tri_region, self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj,
                     self.ring_start, self.ring, self.modes, self.thickness,
                     self.friction, self.conservativeness, self.layers, np.float32(margin))
             outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,

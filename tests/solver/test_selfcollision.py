@@ -741,3 +741,20 @@ def test_patch_motion_bound_is_the_displacement_gradients_frobenius_norm():
     dx = np.einsum("tk,tkj->tj", w[:, 0] - w[:, 1], c)
     dr = np.einsum("tk,tkj->tj", w[:, 0] - w[:, 1], m)
     assert np.all((dr ** 2).sum(axis=1) <= lip * (dx ** 2).sum(axis=1) * (1 + 1e-4) + 1e-9)
+
+
+def test_triangle_components_label_each_connected_piece():
+    # Two sheets side by side (merged, never joined) and a strip joined to
+    # the second through one shared vertex: two components, each labelled
+    # once, whatever the triangle order.
+    r, fi, fs = sheet(3, 2, 0.3)
+    m = merge_meshes([(r, fi, fs), (r + [1.0, 0.0, 0.0], fi, fs)])
+    tri = triangulate(m.face_indices, m.face_sizes)
+    n = len(m.positions)
+    corner = len(r) + 3                                    # a corner of the second sheet
+    tri = np.concatenate([tri, [[corner, n, n + 1], [n, n + 2, n + 1]]]).astype(np.int32)
+    perm = np.random.default_rng(2).permutation(len(tri))
+    comp = sck.triangle_components(tri[perm], n + 3)
+    first = np.isin(tri[perm], np.arange(len(r))).all(axis=1)
+    assert len(set(comp[first])) == 1 and len(set(comp[~first])) == 1
+    assert comp[first][0] != comp[~first][0]
