@@ -645,27 +645,16 @@ def _boxes_overlap(box, a, b):
 
 
 @njit(**_HELPER)
-def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, apart):
     """P is the lowest triangle around v that shares no vertex with T (among
-    those the broad phase pairs with T)."""
+    those the broad phase pairs with T). apart: v and T lie in different
+    connected components, so no triangle around v is near T and boxes alone
+    decide (no ring tests)."""
     for j in range(vtri_start[v], vtri_start[v + 1]):
         t = vtri[j]
         if t >= P:
             return True
-        if not _near_triangles(triangles, t, T, adj_start, adj) and _boxes_overlap(box, t, T):
-            return False
-    return True
-
-
-@njit(**_HELPER)
-def _canonical_vt_apart(P, T, v, vtri_start, vtri, box):
-    """_canonical_vt where v and T lie in different connected components:
-    no triangle around v is near T, so boxes alone decide."""
-    for j in range(vtri_start[v], vtri_start[v + 1]):
-        t = vtri[j]
-        if t >= P:
-            return True
-        if _boxes_overlap(box, t, T):
+        if (apart or not _near_triangles(triangles, t, T, adj_start, adj)) and _boxes_overlap(box, t, T):
             return False
     return True
 
@@ -678,9 +667,9 @@ def _pair_before(t1, t2, A, B):
 
 
 @njit(**_HELPER)
-def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj, apart):
     """(A, B) is the lowest pair of triangles around the two edges that
-    share no vertex."""
+    share no vertex (apart: as in _canonical_vt)."""
     for i in range(edge_tris.shape[1]):
         t1 = edge_tris[ea, i]
         if t1 < 0:
@@ -689,22 +678,8 @@ def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
             t2 = edge_tris[eb, j]
             if t2 < 0:
                 continue
-            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+            if (_pair_before(t1, t2, A, B) and (apart or not _near_triangles(triangles, t1, t2, adj_start, adj))
                     and _boxes_overlap(box, t1, t2)):
-                return False
-    return True
-
-
-@njit(**_HELPER)
-def _canonical_ee_apart(A, B, ea, eb, edge_tris, box):
-    """_canonical_ee between two connected components: boxes alone decide."""
-    for i in range(edge_tris.shape[1]):
-        t1 = edge_tris[ea, i]
-        if t1 < 0:
-            continue
-        for j in range(edge_tris.shape[1]):
-            t2 = edge_tris[eb, j]
-            if t2 >= 0 and _pair_before(t1, t2, A, B) and _boxes_overlap(box, t1, t2):
                 return False
     return True
 
@@ -805,7 +780,7 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             lim = reach * 1.01 + 1e-6 + sph[T, 3] + cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7])
             if sx * sx + sy * sy + sz * sz > lim * lim:
                 continue
-            if apart and not _canonical_vt_apart(P, T, v, vtri_start, vtri, box):
+            if apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, True):
                 continue
             u, vv, ww = _closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
                                              pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
@@ -835,7 +810,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
             close = (rel[0, v] - rqx) * nx + (rel[1, v] - rqy) * ny + (rel[2, v] - rqz) * nz
             if d0 < reach or d0 + cons * close < reach:
-                if not apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj):
+                if not apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj,
+                                                   False):
                     continue
                 if not framed:
                     _, _, _, _, _, _, tnx, tny, tnz = _tri_frame(pos, a, b, c)
@@ -888,7 +864,7 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
             lim = slack + sa[3] + sb[3] + cons * motion
             if d2 > lim * lim:
                 continue
-            if apart and not _canonical_ee_apart(A, B, ea, eb, edge_tris, box):
+            if apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj, True):
                 continue
             s, t = _closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
                                      pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
@@ -920,7 +896,8 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
                 nz /= ln
             close = rdx * nx + rdy * ny + rdz * nz
             if d0 < reach or d0 + cons * close < reach:
-                if not apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj):
+                if not apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj,
+                                                   False):
                     continue
                 ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = _tri_frame(
                     pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
