@@ -717,7 +717,7 @@ def _narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_t
     triangle pair is near, so the canonical test is box tests alone and runs
     before the distance test: each feature pair's distance is then computed
     once, not once per triangle pair around it (two layers within reach
-    everywhere: the live layered detection 0.76x). Within a component the
+    everywhere: the live layered detection ~0.7x). Within a component the
     canonical test (ring tests) costs more than the distance test and runs
     only for contacts.
     """
