@@ -12,9 +12,10 @@ Cases (1 numba thread, 60 Hz steps, medians over the measured steps):
   also count intersecting triangle pairs between the two layers (exact
   test, benchmarks/quality.py) every other frame over the first 120
   frames: what the cost buys.
-The machine may be shared: figures are noisy. The two ratio rows step the scene
+The machine may be shared: figures are noisy. Each ratio row steps the scene
 with and without self collision in lockstep (run_paired), so both see the same
-moments of the machine.
+moments of the machine; each pair alone (a third scene between them changes
+both).
 Step totals are thread CPU time (ms_per_step_median), detect_ms / solve_ms
 SelfCollision's wall timers. The 32x32 rows also give detect_ms_quiet, the
 median over the steps taken right after a fast probe step (common.HostProbe:
@@ -207,11 +208,14 @@ def main():
 
 def layered_rows():
     """The layered scene with cached and with live contacts, each against
-    the scene without self collision (in lockstep)."""
+    the scene without self collision, each pair in its own lockstep: with
+    the live run's 14 ms steps interleaved (one three-way lockstep, until
+    the fifteenth session) the two short steps ran slower and their ratio
+    read 1.26-1.31 where the pair alone reads 1.32-1.36."""
     cached_run = layered_run(True)
     live_run = layered_run(False, live=True)
-    (off, _, _, _, _), (cached, _, sol, _, _), (live, live_det, _, _, _) = run_paired(
-        [layered_run(False), cached_run, live_run], 30, 120)
+    (off, _, _, _, _), (cached, _, sol, _, _) = run_paired([layered_run(False), cached_run], 30, 120)
+    (off_live, _, _, _, _), (live, live_det, _, _, _) = run_paired([layered_run(False), live_run], 30, 120)
     worst, bad, checked = layer_crossings(layered_run(True))
     emit(scene="layered_sheets_capsule_cached", vertices=cached_run[0].n, substeps=10, threads=1,
          ms_per_step_median=round(cached, 4), ms_per_step_without_self_collision=round(off, 4),
@@ -220,9 +224,9 @@ def layered_rows():
          frames_with_between_layer_pairs=bad, frames_checked=checked, target_ratio=1.3)
     worst, bad, checked = layer_crossings(layered_run(False, live=True))
     emit(scene="layered_sheets_capsule_live", vertices=live_run[0].n, substeps=10, threads=1,
-         ms_per_step_median=round(live, 4), ms_per_step_without_self_collision=round(off, 4),
-         ratio=round(live / off, 3), detect_ms=round(live_det, 4),
-         solve_ms=round(max(live - off - live_det, 0.0), 4), between_layer_pairs_max=worst,
+         ms_per_step_median=round(live, 4), ms_per_step_without_self_collision=round(off_live, 4),
+         ratio=round(live / off_live, 3), detect_ms=round(live_det, 4),
+         solve_ms=round(max(live - off_live - live_det, 0.0), 4), between_layer_pairs_max=worst,
          frames_with_between_layer_pairs=bad, frames_checked=checked)
 
 
