@@ -1770,6 +1770,15 @@ def build_vertex_slots(contact_vertex, contact_kind, n):
 
 
 @njit(cache=True)
+def _root(parent, a):
+    """Union-find root of a, halving the path on the way."""
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+@njit(cache=True)
 def triangle_components(triangles, n):
     """Each triangle's connected component (over shared vertices): the
     label of a union-find root, int32. Triangles of different components
@@ -1777,22 +1786,12 @@ def triangle_components(triangles, n):
     parent = np.arange(n)
     for t in range(triangles.shape[0]):
         for k in (1, 2):
-            a = triangles[t, 0]
-            b = triangles[t, k]
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            while parent[b] != b:
-                parent[b] = parent[parent[b]]
-                b = parent[b]
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+            a = _root(parent, triangles[t, 0])
+            b = _root(parent, triangles[t, k])
+            parent[max(a, b)] = min(a, b)
     comp = np.empty(triangles.shape[0], np.int32)
     for t in range(triangles.shape[0]):
-        a = triangles[t, 0]
-        while parent[a] != a:
-            a = parent[a]
-        comp[t] = a
+        comp[t] = _root(parent, triangles[t, 0])
     return comp
 
 

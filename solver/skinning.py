@@ -873,9 +873,7 @@ def skin(binding, coarse_positions, out=None, pin_targets=None):
             targets = np.ascontiguousarray(targets, dtype=np.float32)
         if targets.shape != (m, 3):
             raise ValueError(f"pin_targets must be ({m}, 3), got {targets.shape}")
-    kernel = _skin_serial
-    if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1:
-        kernel = _skin_parallel
+    kernel = _skin_parallel if m >= _PARALLEL_MIN_VERTICES and numba.get_num_threads() > 1 else _skin_serial
     # The kernel writes flat records: a strided `out` is filled through a copy.
     if out.flags.c_contiguous:
         kernel(pos, *binding._scratch, targets, out)
