@@ -1566,8 +1566,9 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     # Only the listed contacts (_plane_flags) can change their slot or
     # correction; pass 2 reads the active ones among them.
     # Returns (todo, count): the listed contacts. work: solve_work(nc).
-    # keep_slots: also copy the active contacts' corrections into
-    # slot_delta (the parallel gather reads them there; the serial scatter
+    # keep_slots: also write the listed contacts' new slot states and copy
+    # the active ones' corrections into slot_delta (the parallel gather
+    # reads them there; the serial scatter writes the states itself and
     # reads the rows, dl, through place).
     sel, todo, rows, place, st, dl = work
     nf = fans.shape[1]
@@ -1587,20 +1588,26 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         nv += 1 if kind == KIND_VERTEX_TRIANGLE else 0
         ne += 1 if kind == KIND_EDGE_EDGE else 0
     npp = nt - nv - ne
-    at_v = 0
-    at_e = nv
-    at_p = nv + ne
-    for q in range(nt):
-        k = todo[q]
-        kind = contact_kind[k]
-        is_vt = kind == KIND_VERTEX_TRIANGLE
-        is_ee = kind == KIND_EDGE_EDGE
-        r = at_v if is_vt else (at_e if is_ee else at_p)
-        rows[r] = k
-        place[q] = r
-        at_v += 1 if is_vt else 0
-        at_e += 1 if is_ee else 0
-        at_p += 0 if is_vt or is_ee else 1
+    if nv == nt:
+        # Vertex-triangle only (cached layers): the list is the rows already.
+        rows = todo
+        for q in range(nt):
+            place[q] = q
+    else:
+        at_v = 0
+        at_e = nv
+        at_p = nv + ne
+        for q in range(nt):
+            k = todo[q]
+            kind = contact_kind[k]
+            is_vt = kind == KIND_VERTEX_TRIANGLE
+            is_ee = kind == KIND_EDGE_EDGE
+            r = at_v if is_vt else (at_e if is_ee else at_p)
+            rows[r] = k
+            place[q] = r
+            at_v += 1 if is_vt else 0
+            at_e += 1 if is_ee else 0
+            at_p += 0 if is_vt or is_ee else 1
     cvf = contact_vertex.reshape(contact_vertex.size)
     nrf = contact_normal.reshape(contact_normal.size)
     for c in prange((nv + _ROWS_CHUNK - 1) // _ROWS_CHUNK):
@@ -1615,11 +1622,14 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         _pp_rows(rows, nv + ne + c * _ROWS_CHUNK, nv + ne + min(npp, (c + 1) * _ROWS_CHUNK), pos[0], pos[1], pos[2],
                  prev_pos[0], prev_pos[1], prev_pos[2], cvf, nrf, contact_target, contact_friction, inv_mass,
                  st, dl)
-    for q in prange(nt):
-        state = st[q]
-        if state != _VT_UNCHANGED:
-            slot_active[rows[q]] = state
     if keep_slots:
+        # The parallel solve: the listed contacts' new slot states, and the
+        # active ones' corrections where _gather reads them (the serial
+        # _scatter writes the states as it goes and reads dl itself).
+        for q in prange(nt):
+            state = st[q]
+            if state != _VT_UNCHANGED:
+                slot_active[rows[q]] = state
         for q in prange(nt):
             k = rows[q]
             if st[q] == SLOT_ON:
@@ -1661,7 +1671,7 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
 
 
 @njit(**_HELPER)
-def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt):
+def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt, slot_active):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
     contacts' float32 corrections in contact order, in float32), but reading
     only the contacts pass 1 listed (todo[:nt], in order; no other can be
@@ -1679,13 +1689,18 @@ def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt):
     sums half the size, no conversions. With the unsigned indices the
     cached layered bench's contact solve took 29.7 us a substep instead of
     31.0 (its recorded substeps). The corrections are float32, and a vertex
-    sums a few of them; _gather sums the same way."""
+    sums a few of them; _gather sums the same way. It also writes the
+    listed contacts' new slot states (st, see _pass1_impl's keep_slots):
+    one pass over them fewer."""
     nv = np.uint64(0)
     for q in range(np.uint64(nt)):
         r = np.uint64(place[q])
-        if st[r] != SLOT_ON:
-            continue
         k = np.uint64(todo[q])
+        s = st[r]
+        if s != _VT_UNCHANGED:
+            slot_active[k] = s
+        if s != SLOT_ON:
+            continue
         m = np.uint64(2) if contact_kind[k] == KIND_POINT_POINT else np.uint64(4)
         for sl in range(m):
             i = np.uint64(cvf[np.uint64(4) * k + sl])
@@ -1723,7 +1738,8 @@ def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, co
                              contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
                              frows, fans, work, False)
     _, _, _, place, st, dl = work
-    _scatter(pos, dl, st, place, contact_vertex.reshape(contact_vertex.size), contact_kind, acc, touched, todo, nt)
+    _scatter(pos, dl, st, place, contact_vertex.reshape(contact_vertex.size), contact_kind, acc, touched, todo, nt,
+             slot_active)
 
 
 solve_serial = njit(**_HELPER)(_solve_serial_impl)
