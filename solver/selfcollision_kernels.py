@@ -1565,7 +1565,9 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
     # carries the contact's state from the last substep (SLOT_STALE).
     # Only the listed contacts (_plane_flags) can change their slot or
     # correction; pass 2 reads the active ones among them.
-    # Returns (todo, count): the listed contacts. work: solve_work(nc).
+    # Returns (todo, count, vt_only): the listed contacts, and whether all
+    # of them are vertex-triangle (then row q of st and dl is item q's and
+    # place is not written). work: solve_work(nc).
     # keep_slots: also write the listed contacts' new slot states and copy
     # the active ones' corrections into slot_delta (the parallel gather
     # reads them there; the serial scatter writes the states itself and
@@ -1588,11 +1590,11 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         nv += 1 if kind == KIND_VERTEX_TRIANGLE else 0
         ne += 1 if kind == KIND_EDGE_EDGE else 0
     npp = nt - nv - ne
-    if nv == nt:
-        # Vertex-triangle only (cached layers): the list is the rows already.
+    vt_only = nv == nt
+    if vt_only:
+        # Vertex-triangle only (cached layers): the list is the rows already
+        # (place is not written: the scatter reads row q for item q).
         rows = todo
-        for q in range(nt):
-            place[q] = q
     else:
         at_v = 0
         at_e = nv
@@ -1637,7 +1639,7 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
                     slot_delta[k, j, 0] = dl[3 * j, q]
                     slot_delta[k, j, 1] = dl[3 * j + 1, q]
                     slot_delta[k, j, 2] = dl[3 * j + 2, q]
-    return todo, nt
+    return todo, nt, vt_only
 
 
 _pass1_serial = njit(**_HELPER)(_pass1_impl)
@@ -1671,12 +1673,13 @@ def _gather_impl(pos, slot_delta, slot_active, vertex_list, vertex_slot_start, v
 
 
 @njit(**_HELPER)
-def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt, slot_active):
+def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt, slot_active, vt_only):
     """Pass 2, serial: the same sums as _gather (each vertex adds its active
     contacts' float32 corrections in contact order, in float32), but reading
     only the contacts pass 1 listed (todo[:nt], in order; no other can be
     active), instead of every vertex's slot list, and their corrections
-    where pass 1 left them (row place[q] of st and dl, see solve_work), not
+    where pass 1 left them (row place[q] of st and dl, see solve_work; row
+    q when vt_only, every listed contact vertex-triangle), not
     copied into slot_delta. The vertices they touch
     are listed as they are first met (touched, (n + 1,) scratch), and only those
     are moved: on the cached layered bench ~310 of the 1,250 vertices with
@@ -1694,14 +1697,14 @@ def _scatter(pos, dl, st, place, cvf, contact_kind, acc, touched, todo, nt, slot
     one pass over them fewer."""
     nv = np.uint64(0)
     for q in range(np.uint64(nt)):
-        r = np.uint64(place[q])
+        r = q if vt_only else np.uint64(place[q])
         k = np.uint64(todo[q])
         s = st[r]
         if s != _VT_UNCHANGED:
             slot_active[k] = s
         if s != SLOT_ON:
             continue
-        m = np.uint64(2) if contact_kind[k] == KIND_POINT_POINT else np.uint64(4)
+        m = np.uint64(4) if vt_only or contact_kind[k] != KIND_POINT_POINT else np.uint64(2)
         for sl in range(m):
             i = np.uint64(cvf[np.uint64(4) * k + sl])
             b = np.uint64(4) * i
@@ -1734,12 +1737,12 @@ solve_parallel = njit(**_JIT)(_solve_impl)
 def _solve_serial_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                        triangles, contact_target, contact_friction, slot_delta, slot_active, frows,
                        fans, work, touched, acc):
-    todo, nt = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
-                             contact_frame, triangles, contact_target, contact_friction, slot_delta, slot_active,
-                             frows, fans, work, False)
+    todo, nt, vt_only = _pass1_serial(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal,
+                                      contact_frame, triangles, contact_target, contact_friction, slot_delta,
+                                      slot_active, frows, fans, work, False)
     _, _, _, place, st, dl = work
     _scatter(pos, dl, st, place, contact_vertex.reshape(contact_vertex.size), contact_kind, acc, touched, todo, nt,
-             slot_active)
+             slot_active, vt_only)
 
 
 solve_serial = njit(**_HELPER)(_solve_serial_impl)

@@ -422,9 +422,9 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
         for rows, fan_rows in ((sc._filter_rows, fans), (plain_rows, sck.NO_FANS)):
             active = state.copy()
             delta = np.zeros((nc, 4, 3), np.float32)
-            todo, nt = sck._pass1_serial(y, prev, sc.inv_mass, cv, sc.contact_kind, sc.contact_normal,
-                                         sc.contact_frame, sc.triangles, sc.contact_target, sc.contact_friction,
-                                         delta, active, rows, fan_rows, sck.solve_work(nc), True)
+            todo, nt, _ = sck._pass1_serial(y, prev, sc.inv_mass, cv, sc.contact_kind, sc.contact_normal,
+                                            sc.contact_frame, sc.triangles, sc.contact_target, sc.contact_friction,
+                                            delta, active, rows, fan_rows, sck.solve_work(nc), True)
             out.append((todo[:nt].copy(), active, delta))
         (todo_f, act_f, d_f), (todo_p, act_p, d_p) = out
         assert np.array_equal(todo_f, todo_p)
