@@ -1629,12 +1629,11 @@ def _pass1_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_n
         # active ones' corrections where _gather reads them (the serial
         # _scatter writes the states as it goes and reads dl itself).
         for q in prange(nt):
+            k = rows[q]
             state = st[q]
             if state != _VT_UNCHANGED:
-                slot_active[rows[q]] = state
-        for q in prange(nt):
-            k = rows[q]
-            if st[q] == SLOT_ON:
+                slot_active[k] = state
+            if state == SLOT_ON:
                 for j in range(4):
                     slot_delta[k, j, 0] = dl[3 * j, q]
                     slot_delta[k, j, 1] = dl[3 * j + 1, q]
