@@ -47,6 +47,8 @@ __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
 DEFAULT_SHAPE_FACTOR = 0.5
 # Below this many dense vertices one thread beats the cost of waking a pool.
 _PARALLEL_MIN_VERTICES = 20000
+# Dense vertices per call of the serial pass in _skin_parallel.
+_CHUNK = 4096
 # Tangent-plane fixed-point steps that slide a barycentric point on the Phong
 # surface until the dense vertex lies along its interpolated normal.
 _REFINE_ITERATIONS = 4
@@ -736,23 +738,22 @@ def _apply_pins(pinned, pin_weight, targets, out):
 
 
 @njit(inline="always", fastmath=True, error_model="numpy")
-def _dense_pass(kind, coarse, alpha, corners, bary, offset, out):
-    """Every dense vertex, in order, with the cheapest formula that covers
-    all of them. Inlined into the serial pass below and into
-    _skin_parallel, where its prange loops are split over threads
-    (elsewhere prange is range).
+def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
+    """Dense vertices lo..hi-1, in order, with the cheapest formula that
+    covers all of them. Inlined into _skin_vertices.
 
     Each component is read from a 1-D row: 2-D indexing (with the strides)
     kept the loop scalar. The loop bodies hold no branch and pass no array
     to a helper that has one (numba's reference counts would stay in the
     loop, which then does not vectorise either)."""
-    m = np.uint64(corners.shape[1])
+    lo = np.uint64(lo)
+    hi = np.uint64(hi)
     x, y, z, nx, ny, nz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
     ca, cb, cc = corners[0], corners[1], corners[2]
     w0, w1, w2 = bary[0], bary[1], bary[2]
     on, ot, ob = offset[0], offset[1], offset[2]
     if kind == 0:
-        for k in prange(m):
+        for k in range(lo, hi):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         _ZERO, _ZERO, _ZERO)
             q = _U3 * k
@@ -760,7 +761,7 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out):
             out[q + _U1] = py_
             out[q + _U2] = pz_
     elif kind == 1:
-        for k in prange(m):
+        for k in range(lo, hi):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         on[k], _ZERO, _ZERO)
             q = _U3 * k
@@ -768,7 +769,7 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out):
             out[q + _U1] = py_
             out[q + _U2] = pz_
     else:
-        for k in prange(m):
+        for k in range(lo, hi):
             px_, py_, pz_ = _skin_point(x, y, z, nx, ny, nz, alpha, ca[k], cb[k], cc[k], w0[k], w1[k], w2[k],
                                         on[k], ot[k], ob[k])
             q = _U3 * k
@@ -787,11 +788,12 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out):
 # with prefer_scalar_loads the loads are scalar and the arithmetic stays
 # vectorised, 3.8 ns.
 @njit(pipeline_class=NoAliasCompiler, **_KERNEL)
-def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out):
-    """The dense pass. Its arguments must not overlap (`NoAliasCompiler`):
-    skin() passes the binding's own arrays and its output only."""
+def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
+    """The dense pass over vertices lo..hi-1. Its arguments must not overlap
+    (`NoAliasCompiler`): skin() passes the binding's own arrays and its
+    output only."""
     prefer_scalar_loads()
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out)
+    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, lo, hi)
 
 
 @njit(**_KERNEL)
@@ -801,17 +803,24 @@ def _skin_serial(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bar
     C-contiguous (targets (0, 3) without pins)."""
     out = out.reshape(out.size)
     _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
-    _skin_vertices(kind, coarse, alpha, corners, bary, offset, out)
+    _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, 0, corners.shape[1])
     _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 
 @njit(parallel=True, **_KERNEL)
 def _skin_parallel(pos, tris, corner_weight, alpha, unit_faces, kind, corners, bary, offset,
                    coarse, pinned, pin_weight, targets, out):
-    """_skin_serial with the dense pass split over threads (same formulas)."""
+    """_skin_serial with the dense pass split over threads in chunks (same
+    formulas). Each chunk is a call of _skin_vertices: its own function,
+    so it keeps prefer_scalar_loads' tuning (inlined into the prange body,
+    which numba outlines, the dense loop gathered: 2 threads took 0.29 ms
+    against 0.17 ms for 1 on 40,401 dense vertices, Zen 4)."""
     out = out.reshape(out.size)
     _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out)
+    m = corners.shape[1]
+    chunks = (m + _CHUNK - 1) // _CHUNK
+    for c in prange(chunks):
+        _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, c * _CHUNK, min(m, (c + 1) * _CHUNK))
     _apply_pins(pinned, pin_weight, targets.reshape(targets.size), out)
 
 

@@ -1,6 +1,7 @@
 """Skinning a dense mesh onto a coarse one, checked against analytic surfaces
 and exact geometry computed apart from the solver (here and in tests/oracles.py)."""
 
+import numba
 import numpy as np
 import pytest
 
@@ -237,13 +238,16 @@ def test_triangulate_fans_quads_and_ngons():
         skinning.triangulate([0, 1, 2], [4])
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 @pytest.mark.parametrize("kind", [0, 1, 2])
 def test_parallel_and_serial_skinning_agree(monkeypatch, kind):
     """Large dense meshes skin in parallel; the result must not change, with
-    each of skin's three formulas (no offsets, along the normal, any)."""
+    each of skin's three formulas (no offsets, along the normal, any). The
+    dense meshes span two or three of the parallel pass's chunks, the last
+    one short."""
     coarse, tris = sheet(10, 10)
-    on_surface = sheet(40, 40)[0]
-    above, _ = sheet(40, 40, z=0.003)
+    on_surface = sheet(70, 70)[0]
+    above, _ = sheet(70, 70, z=0.003)
     frill = above[:50] + np.array([-0.2, 0.0, 0.1])
     dense = [on_surface, np.concatenate([on_surface, above]),
              np.concatenate([on_surface, above, frill])][kind]
@@ -253,5 +257,10 @@ def test_parallel_and_serial_skinning_agree(monkeypatch, kind):
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 10**9)
     serial = skinning.skin(binding, deformed)
     monkeypatch.setattr(skinning, "_PARALLEL_MIN_VERTICES", 1)
-    parallel = skinning.skin(binding, deformed)
+    old = numba.get_num_threads()
+    numba.set_num_threads(2)  # skin() takes the parallel pass with 2 threads or more
+    try:
+        parallel = skinning.skin(binding, deformed)
+    finally:
+        numba.set_num_threads(old)
     np.testing.assert_allclose(serial, parallel, atol=1e-6)
