@@ -101,8 +101,8 @@ def _compact_words(sel, out):
 # compare gives their mask, and four register compresses (vpcompressd) write
 # the indices of the set ones. The features are those numba compiles for
 # (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES apply; a "generic" build has none).
-_FEATURES = getattr(cpu_target.target_context.codegen(), "_tm_features", "") or ""
-COMPRESS_FLAGS = "+avx512f" in _FEATURES.split(",") and "+avx512bw" in _FEATURES.split(",")
+_FEATURES = set((getattr(cpu_target.target_context.codegen(), "_tm_features", "") or "").split(","))
+COMPRESS_FLAGS = {"+avx512f", "+avx512bw"} <= _FEATURES
 _I1, _I16, _I32, _I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _V64B = ir.VectorType(ir.IntType(8), 64)
 _V16I = ir.VectorType(_I32, 16)

@@ -737,15 +737,26 @@ def _apply_pins(pinned, pin_weight, targets, out):
             out[q + 2] += w * (targets[q + 2] - out[q + 2])
 
 
-@njit(inline="always", fastmath=True, error_model="numpy")
-def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
+# The dense pass reads each corner through index arrays: NoAliasCompiler
+# (solver.shared) lets LLVM vectorise it anyway (it could read what the loop
+# wrote). On the Intel host of the earlier sessions that took 3.9 ns per
+# dense vertex against 6.4 scalar (45x45 proxy, 10,201 dense vertices). On
+# AMD Zen 4 each of its 18 corner reads vectorised as a gather cost as much
+# as the scalar loads it replaced (6.5 ns either way; a scalar pass with the
+# tangent planes as n . q = d, 5.5 ns, ran there in the thirteenth session):
+# with prefer_scalar_loads the loads are scalar and the arithmetic stays
+# vectorised, 3.8 ns.
+@njit(pipeline_class=NoAliasCompiler, **_KERNEL)
+def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
     """Dense vertices lo..hi-1, in order, with the cheapest formula that
-    covers all of them. Inlined into _skin_vertices.
+    covers all of them. Its arguments must not overlap (`NoAliasCompiler`):
+    skin() passes the binding's own arrays and its output only.
 
     Each component is read from a 1-D row: 2-D indexing (with the strides)
     kept the loop scalar. The loop bodies hold no branch and pass no array
     to a helper that has one (numba's reference counts would stay in the
     loop, which then does not vectorise either)."""
+    prefer_scalar_loads()
     lo = np.uint64(lo)
     hi = np.uint64(hi)
     x, y, z, nx, ny, nz = coarse[0], coarse[1], coarse[2], coarse[3], coarse[4], coarse[5]
@@ -776,24 +787,6 @@ def _dense_pass(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
             out[q] = px_
             out[q + _U1] = py_
             out[q + _U2] = pz_
-
-
-# The dense pass reads each corner through index arrays: NoAliasCompiler
-# (solver.shared) lets LLVM vectorise it anyway (it could read what the loop
-# wrote). On the Intel host of the earlier sessions that took 3.9 ns per
-# dense vertex against 6.4 scalar (45x45 proxy, 10,201 dense vertices). On
-# AMD Zen 4 each of its 18 corner reads vectorised as a gather cost as much
-# as the scalar loads it replaced (6.5 ns either way; a scalar pass with the
-# tangent planes as n . q = d, 5.5 ns, ran there in the thirteenth session):
-# with prefer_scalar_loads the loads are scalar and the arithmetic stays
-# vectorised, 3.8 ns.
-@njit(pipeline_class=NoAliasCompiler, **_KERNEL)
-def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
-    """The dense pass over vertices lo..hi-1. Its arguments must not overlap
-    (`NoAliasCompiler`): skin() passes the binding's own arrays and its
-    output only."""
-    prefer_scalar_loads()
-    _dense_pass(kind, coarse, alpha, corners, bary, offset, out, lo, hi)
 
 
 @njit(**_KERNEL)
