@@ -22,6 +22,8 @@ Removing the ``drape_position`` attribute shows the un-simulated mesh.
 import bpy
 import numpy as np
 
+from . import compat
+
 NODE_GROUP = "Drape Cloth"
 MODIFIER = "Drape"
 ATTR_RESULT = "drape_position"
@@ -123,8 +125,8 @@ def needs_setup(obj, settings=None):
         return True
     settings = settings if settings is not None else obj.drape
     ng = mod.node_group
-    return (mod.get(_socket_id(ng, "Pin Group")) != settings.pin_group
-            or mod.get(_socket_id(ng, "Mass Group")) != settings.mass_group)
+    return (compat.modifier_input_get(mod, _socket_id(ng, "Pin Group")) != settings.pin_group
+            or compat.modifier_input_get(mod, _socket_id(ng, "Mass Group")) != settings.mass_group)
 
 
 def remove_modifier(obj):
@@ -146,8 +148,8 @@ def sync_modifier_inputs(obj, settings=None):
     settings = settings if settings is not None else obj.drape
     for socket, value in (("Pin Group", settings.pin_group), ("Mass Group", settings.mass_group)):
         key = _socket_id(ng, socket)
-        if mod.get(key) != value:
-            mod[key] = value
+        if compat.modifier_input_get(mod, key) != value:
+            compat.modifier_input_set(mod, key, value)
     obj.update_tag()
 
 
