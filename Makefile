@@ -1,7 +1,7 @@
-# Drape: two commands set everything up on a fresh machine with Python 3.11:
+# Drape: two commands set everything up on a fresh machine with Python 3.13:
 #   make demo    bake the built-in scene and save it (creates .venv first)
 #   make test    run the test suite inside the embedded Blender (bpy module)
-PYTHON ?= python3.11
+PYTHON ?=
 VENV_PY := .venv/bin/python
 # With BLENDER=/path/to/blender the same suite runs inside that Blender via pytest-blender.
 BLENDER ?=
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .DEFAULT_GOAL := test
 
 venv:
-	@PYTHON=$(PYTHON) tools/venv.sh
+	@PYTHON="$(PYTHON)" tools/venv.sh
 
 test: venv
 ifeq ($(BLENDER),)
