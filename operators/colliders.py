@@ -34,8 +34,10 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
         objs = list(context.selected_objects)
         cloths = [o for o in objs if runtime.is_cloth(o)]
         if cloths:
-            self.report({'ERROR'}, "Nothing changed: " + ", ".join(f"'{o.name}'" for o in cloths)
-                        + " is a Drape cloth and cannot also be a collider; deselect it")
+            names = ", ".join(f"'{o.name}'" for o in cloths)
+            what = "is a Drape cloth and cannot also be a collider; deselect it" if len(cloths) == 1 else \
+                "are Drape cloths and cannot also be colliders; deselect them"
+            self.report({'ERROR'}, f"Nothing changed: {names} {what}")
             return {'CANCELLED'}
         if not objs:
             label = "Drape Capsule" if self.type == 'CAPSULE' else "Drape Plane"

@@ -5,6 +5,7 @@ the extension's ``presets/cloth`` folder, the artist's own are saved to
 Blender's user presets folder ``presets/drape/cloth``)."""
 
 import os
+import textwrap
 
 import bpy
 
@@ -44,6 +45,12 @@ class _Cloth:
         return _cloth(context) is not None
 
 
+def _label_wrapped(layout, text, icon, width=56):
+    """A long message on several lines (a label is cut at the panel's edge)."""
+    for i, line in enumerate(textwrap.wrap(text, width) or [""]):
+        layout.label(text=line, icon=icon if i == 0 else 'BLANK1')
+
+
 def _draw_main(self, context):
     layout = self.layout
     layout.use_property_split = True
@@ -73,8 +80,8 @@ def _draw_main(self, context):
     elif entry is None:
         box.label(text="Not simulated yet: play the timeline", icon='TIME')
     else:
-        if entry.error:
-            box.label(text=entry.error, icon='ERROR')
+        for icon, text in runtime.messages(obj):
+            _label_wrapped(box.column(align=True), text, icon)
         rng = entry.cache_range
         box.label(text=f"Cache: frames {rng[0]}-{rng[1]}" if rng else "Cache: empty", icon='TIME')
         box.label(text=f"Last step: {entry.last_step_ms:.2f} ms solver, "

@@ -7,9 +7,17 @@ passes through the origin with its normal along local +Z. Transforms come from
 the evaluated object (keyframes, parents, constraints, bone parents and
 Child Of on armature poses all included) and the previous frame's transform
 is kept so the solver can sweep from start to end of the step.
+
+A collider the solver cannot use (a NaN radius, a transform gone non-finite)
+raises DrapeInputError naming the collider object and the setting, before
+anything is simulated.
 """
 
+import math
+
 import numpy as np
+
+from .meshdata import DrapeInputError
 
 
 def collider_objects(scene):
@@ -53,11 +61,32 @@ class ColliderFrame:
         self.planes = {}    # name -> (point, normal)
 
 
+def _problem(obj, message, setting=None):
+    return DrapeInputError(f"'{obj.name}' (Drape collider): {message}", name=obj.name, setting=setting,
+                           retry=True)
+
+
+def _check(obj, m, c):
+    if not np.isfinite(m).all():
+        raise _problem(obj, "its transform is not finite (a NaN or infinite Location, Rotation or Scale, "
+                            "or its parent's or constraints')")
+    if c.kind == 'CAPSULE':
+        for prop in ("radius_start", "radius_end"):
+            value = float(getattr(c, prop))
+            if not math.isfinite(value) or value < 0.0:
+                name = c.bl_rna.properties[prop].name
+                need = "finite" if not math.isfinite(value) else ">= 0"
+                raise _problem(obj, f"{name} must be {need}, got {value:g}", setting=name)
+
+
 def read(scene, depsgraph):
+    """Every collider of ``scene`` now; raises DrapeInputError for one the
+    solver cannot use."""
     frame = ColliderFrame()
     for obj in collider_objects(scene):
         m = np.array(obj.evaluated_get(depsgraph).matrix_world, dtype=np.float64)
         c = obj.drape_collider
+        _check(obj, m, c)
         if c.kind == 'CAPSULE':
             frame.capsules[obj.name] = capsule_from_matrix(m, c.radius_start, c.radius_end)
         elif c.kind == 'PLANE':

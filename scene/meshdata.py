@@ -10,7 +10,19 @@ from ._kernels import affine
 
 
 class DrapeInputError(ValueError):
-    """User-fixable input problem; the message names the object."""
+    """User-fixable input problem; the message names the object.
+
+    ``name``: the object the message is about (for a collider or a wind field,
+    that object); ``setting``: the setting as the UI labels it, if one is at
+    fault. ``retry``: raised before anything was changed, so the simulation can
+    go on from where it stands once the input is fixed (a bad setting, a NaN
+    collider); without it the cloth waits for the start frame to rebuild."""
+
+    def __init__(self, message, name=None, setting=None, retry=False):
+        super().__init__(message)
+        self.name = name
+        self.setting = setting
+        self.retry = retry
 
 
 # Modifiers that only move vertices (or edit weights/normals/UVs): anything
@@ -26,6 +38,32 @@ DEFORM_ONLY = frozenset({
 })
 # Other physics on the same object fight Drape for the vertices.
 CONFLICTING = frozenset({'CLOTH', 'SOFT_BODY', 'COLLISION', 'DYNAMIC_PAINT', 'FLUID', 'OCEAN'})
+
+
+def article(word):
+    """'a' or 'an', by the sound of the word's first letter."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def type_name(obj):
+    """The object's type as the UI names it, with its article: 'an empty'."""
+    items = obj.bl_rna.properties["type"].enum_items
+    item = items.get(obj.type)
+    word = (item.name if item is not None else obj.type.replace("_", " ")).lower()
+    return f"{article(word)} {word}"
+
+
+def nonfinite_vertices(positions):
+    """``(count, words)`` for the rows of ``positions`` (n, 3) holding NaN or
+    Inf: ``(3, "3 vertices have a NaN coordinate")``; ``(0, "")`` when all are finite."""
+    if np.isfinite(positions.sum(dtype=np.float64)):  # every frame: one pass; NaN and Inf propagate
+        return 0, ""
+    finite = np.isfinite(positions).all(axis=1)
+    count = int(finite.size - np.count_nonzero(finite))
+    if count == 0:
+        return 0, ""
+    kind = "a NaN" if np.isnan(positions[~finite]).any() else "an infinite"
+    return count, f"{'1 vertex has' if count == 1 else f'{count} vertices have'} {kind} coordinate"
 
 
 class Topology:
@@ -126,7 +164,11 @@ def sample(obj, depsgraph, settings=None):
 
 
 def _scale_problem(obj):
-    m = matrix_np(obj.matrix_world)[:3, :3]
+    full = matrix_np(obj.matrix_world)
+    if not np.isfinite(full).all():
+        return (f"'{obj.name}' has a NaN or infinite transform (Location, Rotation, Scale or its parent's): "
+                f"set finite values")
+    m = full[:3, :3]
     det = float(np.linalg.det(m))
     size = float(np.abs(m).max()) if m.size else 0.0
     if not np.isfinite(det) or size == 0.0 or abs(det) <= 1e-12 * max(size, 1e-30) ** 3:
@@ -145,7 +187,7 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
     if obj is None:
         return ["no object"]
     if obj.type != 'MESH':
-        return [f"'{obj.name}' is a {obj.type.lower()}, not a mesh: Drape only simulates meshes"]
+        return [f"'{obj.name}' is {type_name(obj)}, not a mesh: Drape only simulates meshes"]
     settings = settings if settings is not None else obj.drape
     problems = []
     mesh = obj.data
@@ -168,11 +210,19 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
                         f"delete them (Mesh > Clean Up > Delete Loose)")
 
     co = local_positions(mesh).astype(np.float64)
+    count, words = nonfinite_vertices(co)
+    if count:
+        # NaN and Inf compare unequal to everything: left in, they would pass
+        # for duplicates and spoil the mesh's extent for the checks below.
+        fix = "give it a finite position or delete it" if count == 1 else \
+            "give them finite positions or delete them"
+        problems.append(f"'{obj.name}': {words}: {fix}")
+        co = co[np.isfinite(co).all(axis=1)]
     extent = float(np.ptp(co, axis=0).max()) if co.size else 0.0
     areas = np.empty(len(mesh.polygons), np.float32)
     mesh.polygons.foreach_get("area", areas)
     tiny = float(max(extent, 1e-6) ** 2 * 1e-10)
-    degenerate = int((areas <= tiny).sum())
+    degenerate = int((areas <= tiny).sum())  # a NaN area is not counted: the coordinate is reported
     if degenerate:
         problems.append(f"'{obj.name}' has {degenerate} degenerate (zero-area) faces: "
                         f"remove them (Mesh > Clean Up > Degenerate Dissolve)")
@@ -235,7 +285,7 @@ def check_cloth(obj, depsgraph=None):
         if proxy is None:
             problems.append(f"'{obj.name}' simulates a proxy object but none is set: pick a mesh in Sim mesh > Proxy")
         elif proxy.type != 'MESH':
-            problems.append(f"'{obj.name}': proxy '{proxy.name}' is a {proxy.type.lower()}, not a mesh")
+            problems.append(f"'{obj.name}': proxy '{proxy.name}' is {type_name(proxy)}, not a mesh")
         else:
             problems.extend(check_mesh(proxy, "proxy", settings=obj.drape))
     return problems

@@ -3,17 +3,164 @@ so stiffness, damping, friction... changed mid-play take effect at once.
 
 Settings that change what the model *is* (mesh, masses, which vertices are
 pinned for tethers, self-collision structures) are in :func:`rebuild_key`
-instead: when that key changes the live cache is rebuilt."""
+instead: when that key changes the live cache is rebuilt.
+
+Every setting is checked here, before the solver sees it, so a bad value
+(a NaN typed or set by a script, an Inf from a driver) is reported with the
+object's name and the setting's label as the panel shows it:
+``'Cape': Collisions > Thickness must be finite, got nan``. The solver's own
+messages name its fields (``ClothParams.collision_margin``);
+:func:`solver_message` turns them into the same words for anything that
+reaches it anyway."""
 
 import dataclasses
+import math
+import re
 
-# Self-collision fields the solver may grow (issue 7); passed when present.
+from .meshdata import DrapeInputError
+
+# Self-collision fields the solver may grow; passed when present.
 _SELF_FIELDS = {
     "self_collision": "self_collision",
     "self_thickness": "self_thickness",
     "self_friction": "self_friction",
     "self_conservativeness": "self_conservativeness",
 }
+
+
+# The cloth settings the solver reads: the property read, the property the
+# panel shows for it (the stiffness views of the stored compliances), the
+# sub-panel it sits in ("" = the main panel) and the smallest value the
+# solver accepts (None: any finite value; strict: the bound itself is refused).
+_CHECKED = (
+    ("gravity_scale", "gravity_scale", "", None, False),
+    ("areal_density", "areal_density", "", 0.0, True),
+    ("stretch_compliance", "stretch_stiffness", "Stiffness", 0.0, False),
+    ("shear_compliance", "shear_stiffness", "Stiffness", 0.0, False),
+    ("bend_compliance", "bend_stiffness", "Stiffness", 0.0, False),
+    ("stretch_damping", "stretch_damping", "Damping", 0.0, False),
+    ("shear_damping", "shear_damping", "Damping", 0.0, False),
+    ("bend_damping", "bend_damping", "Damping", 0.0, False),
+    ("tether_damping", "tether_damping", "Damping", 0.0, False),
+    ("air_drag", "air_drag", "Damping", 0.0, False),
+    ("pin_compliance", "pin_stiffness", "Pins", 0.0, False),
+    ("tether_compliance", "tether_stiffness", "Pins", 0.0, False),
+    ("tether_scale", "tether_scale", "Pins", 0.0, False),
+    ("thickness", "thickness", "Collisions", 0.0, False),
+    ("friction", "friction", "Collisions", 0.0, False),
+    ("static_friction", "static_friction", "Collisions", 0.0, False),
+    ("self_thickness", "self_thickness", "Self Collision", 0.0, False),
+    ("self_friction", "self_friction", "Self Collision", 0.0, False),
+    ("self_conservativeness", "self_conservativeness", "Self Collision", 0.0, False),
+    ("wind_drag", "wind_drag", "Wind", 0.0, False),
+    ("wind_lift", "wind_lift", "Wind", 0.0, False),
+)
+# Read from every cloth of a cloth-cloth group (the rest come from the first).
+_PER_MEMBER = frozenset({"areal_density"})
+
+# ClothParams field -> the cloth property it is made from (cloth_params).
+_FIELD_PROPERTY = {
+    "gravity": "gravity_scale",
+    "drag_coefficient": "wind_drag",
+    "lift_coefficient": "wind_lift",
+    "collision_margin": "thickness",
+    "friction_static": "static_friction",
+    "friction_kinetic": "friction",
+    "self_thickness": "self_thickness",
+    "self_friction": "self_friction",
+    "self_conservativeness": "self_conservativeness",
+    "areal_density": "areal_density",
+}
+
+
+def _rna_name(settings, prop):
+    rna = settings.bl_rna.properties.get(prop)
+    return rna.name if rna is not None else prop
+
+
+def labels(settings):
+    """{property read: its label as the artist sees it}: the property's own
+    name, qualified by its sub-panel where two settings show the same name
+    (Stiffness > Stretch, Damping > Stretch)."""
+    names = [_rna_name(settings, shown) for _, shown, _, _, _ in _CHECKED]
+    out = {}
+    for (prop, _shown, panel, _lo, _strict), name in zip(_CHECKED, names):
+        out[prop] = f"{panel} > {name}" if panel and names.count(name) > 1 else name
+    return out
+
+
+def label(settings, prop):
+    """The UI label of the cloth property ``prop`` (or of the ClothParams
+    field made from it)."""
+    prop = _FIELD_PROPERTY.get(prop, prop)
+    return labels(settings).get(prop) or _rna_name(settings, prop)
+
+
+def _shown_value(prop, value):
+    """The value as the panel shows it (a compliance is shown as its stiffness)."""
+    if prop.endswith("_compliance"):
+        return 1.0 / value if value != 0.0 else math.inf
+    return value
+
+
+def _value_problem(value, lo, strict):
+    if not math.isfinite(value):
+        return "must be finite"
+    if lo is not None and (value < lo or (strict and value == lo)):
+        return f"must be {'>' if strict else '>='} {lo:g}"
+    return None
+
+
+def _setting_error(obj, settings, prop, problem, value):
+    what = label(settings, prop)
+    return DrapeInputError(f"'{obj.name}': {what} {problem}, got {value:g}", name=obj.name, setting=what,
+                           retry=True)
+
+
+def check_settings(objs, scene):
+    """Raise DrapeInputError (``retry``: nothing has changed) for the first
+    setting of ``objs`` (one cloth or a cloth-cloth group, the first giving
+    the solver settings) or of ``scene`` the solver cannot use."""
+    self_contacts = objs[0].drape.self_collision or len(objs) > 1
+    for i, obj in enumerate(objs):
+        settings = obj.drape
+        for prop, _shown, panel, lo, strict in _CHECKED:
+            if (i and prop not in _PER_MEMBER) or (panel == "Self Collision" and not self_contacts):
+                continue
+            value = float(getattr(settings, prop))
+            problem = _value_problem(value, lo, strict)
+            if problem:
+                raise _setting_error(obj, settings, prop, problem, _shown_value(prop, value))
+    lead = objs[0]
+    if scene.use_gravity and not all(math.isfinite(v) for v in scene.gravity):
+        g = ", ".join(f"{v:g}" for v in scene.gravity)
+        raise DrapeInputError(f"'{lead.name}': the scene's Gravity must be finite, got ({g}) "
+                              f"(Scene Properties > Gravity)", name=lead.name, setting="Scene > Gravity",
+                              retry=True)
+    base = float(scene.render.fps_base)
+    if not math.isfinite(base) or base <= 0.0:
+        raise DrapeInputError(f"'{lead.name}': the scene's frame rate base must be a positive number, got "
+                              f"{base:g} (Output Properties > Frame Rate)", name=lead.name,
+                              setting="Frame Rate", retry=True)
+
+
+def solver_message(obj, exc):
+    """The text of a solver error (SolverError names its fields and arrays)
+    in the artist's words, with the object's name in front."""
+    text = str(exc)
+    settings = obj.drape
+    match = re.match(r"ClothParams\.(\w+)\s+(.*)", text)
+    if match is None:
+        match = re.match(r"(areal_density)\s+(.*)", text)
+    if match is not None:
+        field, rest = match.groups()
+        return f"'{obj.name}': {label(settings, field)} {rest}"
+    if text.startswith("self collision "):
+        rest = text[len("self collision "):]
+        for field in ("thickness", "friction", "conservativeness"):
+            if rest.startswith(field):
+                return f"'{obj.name}': {label(settings, 'self_' + field)}{rest[len(field):]}"
+    return f"'{obj.name}': {text}"
 
 
 def gravity(scene, settings):
@@ -55,11 +202,17 @@ def cloth_params(settings, scene, solver):
     return solver.ClothParams(**{k: v for k, v in values.items() if k in names})
 
 
+def _key_number(value):
+    # NaN is unequal to itself: as a number it would change the key every
+    # frame; as text it stays put while check_settings reports it.
+    return round(value, 9) if math.isfinite(value) else repr(value)
+
+
 def rebuild_key(obj):
     """Everything that needs a new model when it changes (besides topology)."""
     s = obj.drape
     proxy = s.proxy.name if (s.sim_source == 'PROXY' and s.proxy is not None) else ""
     return (
         s.sim_source, proxy, s.vertex_budget if s.sim_source == 'AUTO' else 0,
-        round(s.areal_density, 9), s.mass_group, s.pin_group, s.tethers, s.self_collision, s.cloth_collision,
+        _key_number(s.areal_density), s.mass_group, s.pin_group, s.tethers, s.self_collision, s.cloth_collision,
     )

@@ -22,6 +22,16 @@ in unregister()) drives it, in the UI and in background mode alike:
 
 The result is written as described in ``writeback``. An object whose
 ``drape_bake.baked`` is true is not simulated (it plays its bake).
+
+Errors an artist can cause while playing never escape the handler: each is a
+message naming the object and the setting, kept on the runtime (the panel
+shows :func:`messages`) and printed once while it stands. A bad setting or
+input (a NaN typed into a field, a collider or wind field gone non-finite, a
+NaN coordinate in the evaluated mesh) is found before anything is changed:
+the cloth holds its last frame and goes on from there once it is fixed. A
+pin or mass group that vanishes mid-play (renamed, deleted) is reported and
+the cloth keeps the last pins it read until the group is back or it is reset.
+Anything that fails inside a step stops the cloth until the start frame.
 """
 
 import random
@@ -93,6 +103,8 @@ class Member:
         self.stop = 0
         self.frames = {}           # frame -> (m, 3) float32, object local space
         self.prev_targets = None
+        self.kept_pin_weight = None  # the dense pin weights last read while the pin group existed
+        self.warning = None          # a vanished pin / mass group, while it is missing
 
 
 class ClothRuntime:
@@ -111,6 +123,7 @@ class ClothRuntime:
         self.builds = 0
         self.steps = 0
         self.error = None
+        self.retry = False         # the error came before anything changed: re-checked every frame
         self.last_step_ms = 0.0
         self.last_read_ms = 0.0
         self.last_write_ms = 0.0
@@ -121,6 +134,11 @@ class ClothRuntime:
             if m.uid == uid:
                 return m
         raise KeyError(uid)
+
+    @property
+    def warnings(self):
+        """Problems the cloth simulates on through (a vanished group)."""
+        return [m.warning for m in self.members if m.warning]
 
     @property
     def frames(self):
@@ -155,6 +173,17 @@ def drop(obj):
 
 def clear():
     _registry.clear()
+    _standing.clear()
+
+
+def messages(obj):
+    """What the panel shows about ``obj``'s simulation: ``(icon, text)``
+    pairs, the error first (the messages the console got once)."""
+    sim = get(obj)
+    if sim is None:
+        return []
+    out = [('ERROR', sim.error)] if sim.error else []
+    return out + [('ERROR', text) for text in sim.warnings]
 
 
 def dense_positions_local(obj):
@@ -243,11 +272,50 @@ def _member_frame(member, dense):
     return targets, weight
 
 
+def _missing_groups(obj):
+    """The pin / mass group names set on the cloth that ``obj`` no longer has."""
+    s = obj.drape
+    return [(what, name) for what, name in (("pin group", s.pin_group), ("mass group", s.mass_group))
+            if name and obj.vertex_groups.get(name) is None]
+
+
+def _check_sample(obj, dense):
+    """Raise DrapeInputError (``retry``) for evaluated input the solver cannot use."""
+    if not np.isfinite(meshdata.matrix_np(dense.matrix)).all():
+        raise DrapeInputError(f"'{obj.name}': its transform is not finite (a NaN or infinite Location, "
+                              f"Rotation or Scale, or its parent's or constraints')", name=obj.name, retry=True)
+    count, words = meshdata.nonfinite_vertices(dense.positions)
+    if count:
+        raise DrapeInputError(f"'{obj.name}': {words} in the evaluated mesh (from its vertices, shape keys, "
+                              f"modifiers or animation above the Drape modifier)", name=obj.name, retry=True)
+    if not np.isfinite(dense.pin_weight.sum(dtype=np.float64)):
+        raise DrapeInputError(f"'{obj.name}': pin group '{obj.drape.pin_group}' has NaN weights",
+                              name=obj.name, setting="Pin group", retry=True)
+
+
 def _sample(obj, member, depsgraph):
+    """The member's evaluated mesh now, checked; with its pin group gone the
+    last pin weights read stand in (and the member carries a warning)."""
     dense = meshdata.sample(obj, depsgraph)
     if dense.positions.shape[0] != member.dense_count:
         raise DrapeInputError(f"'{obj.name}': its evaluated vertex count changed "
-                              f"({member.dense_count} -> {dense.positions.shape[0]}); go to the start frame")
+                              f"({member.dense_count} -> {dense.positions.shape[0]}); go to the start frame",
+                              name=obj.name)
+    missing = _missing_groups(obj)
+    _check_sample(obj, dense)
+    pin_missing = any(what == "pin group" for what, _ in missing)
+    if pin_missing and member.kept_pin_weight is not None:
+        dense.pin_weight = member.kept_pin_weight
+    elif not pin_missing:
+        member.kept_pin_weight = dense.pin_weight
+    if missing:
+        groups = " and ".join(f"{what} '{name}'" for what, name in missing)
+        keeps = " and ".join("its last pins" if what == "pin group" else "its masses" for what, _ in missing)
+        member.warning = (f"'{obj.name}': {groups} {'is' if len(missing) == 1 else 'are'} missing (renamed or "
+                          f"deleted?): the cloth keeps {keeps} until the group is back or the simulation is "
+                          f"reset")
+    else:
+        member.warning = None
     return dense
 
 
@@ -274,6 +342,8 @@ def _build_member(obj, depsgraph):
     dense = meshdata.sample(obj, depsgraph)
     dense_topo = meshdata.Topology(obj.data)
     member.dense_count = dense.positions.shape[0]
+    _check_sample(obj, dense)
+    member.kept_pin_weight = dense.pin_weight
     if member.source == 'SELF':
         rest, faces, sizes = dense.positions, dense_topo.face_indices, dense_topo.face_sizes
         mass_w, pin_w = dense.mass_weight, dense.pin_weight
@@ -290,9 +360,14 @@ def _build_member(obj, depsgraph):
                 from .simmesh import simplify
             except ImportError as exc:
                 raise DrapeInputError(f"'{obj.name}': automatic simplification is not available ({exc})") from exc
-            rest, faces, sizes, _weights = simplify(
-                dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
-                {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
+            try:
+                rest, faces, sizes, _weights = simplify(
+                    dense.positions, dense_topo.face_indices, dense_topo.face_sizes,
+                    {"pin": dense.pin_weight, "mass": dense.mass_weight}, settings.vertex_budget, name=obj.name)
+            except DrapeInputError:
+                raise
+            except ValueError as exc:  # its messages start with the object's name
+                raise DrapeInputError(str(exc), name=obj.name, setting="Vertex budget") from exc
             rest = np.ascontiguousarray(rest, np.float32)
             faces = np.ascontiguousarray(faces, np.int32)
             sizes = np.ascontiguousarray(sizes, np.int32)
@@ -322,8 +397,16 @@ def _build(objs, scene, depsgraph):
     for obj in objs:
         problems += meshdata.check_cloth(obj, depsgraph)
     if problems:
-        raise DrapeInputError("; ".join(problems))
+        raise DrapeInputError("; ".join(problems), name=objs[0].name)
     solver = _solver()
+    try:
+        return _build_checked(objs, scene, depsgraph, solver)
+    except solver.SolverError as exc:
+        raise DrapeInputError(params.solver_message(objs[0], exc), name=objs[0].name) from exc
+
+
+def _build_checked(objs, scene, depsgraph, solver):
+    prev_colliders = colliders_mod.read(scene, depsgraph)  # a bad collider fails before the build
     lead = objs[0].drape
     parts = [_build_member(obj, depsgraph) for obj in objs]
     members = [p[0] for p in parts]
@@ -351,7 +434,7 @@ def _build(objs, scene, depsgraph):
     sim.state = sim.model.new_state()
     sim.key = _sim_key(objs)
     sim.builds = 1
-    sim.prev_colliders = colliders_mod.read(scene, depsgraph)
+    sim.prev_colliders = prev_colliders
     return sim
 
 
@@ -379,9 +462,8 @@ def _set_layer_offsets(sim, self_params):
     layers' thickness (Model.set_collider_offset), so an outer layer pressed
     onto the body by a leg rests on the inner one instead of being pushed to
     the same capsule surface (the colliders are solved last and would win
-    over the layer order: on the demo's skirts the layers crossed in 262
-    triangle pairs within one step of the legs moving). Set only when the
-    layers or the thickness change."""
+    over the layer order: layered skirts cross each other as soon as the legs
+    move). Set only when the layers or the thickness change."""
     layers = self_params.get("layers")
     if layers is None:
         return
@@ -411,13 +493,14 @@ def _reset(sim, objs, scene, depsgraph):
     """Back to the current pose with zero velocity, cache dropped; the model
     (rest lengths, colouring, tethers) is reused."""
     samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
+    prev_colliders = colliders_mod.read(scene, depsgraph)
     targets, _ = _targets(sim, objs, samples)
     sim.state = sim.model.new_state(positions=targets)
     if sim.model.self_collision is not None:
         sim.model.self_collision.clear_cache()   # cached again from this pose (_sync_contact_cache)
     for m in sim.members:
         m.frames.clear()
-    sim.prev_colliders = colliders_mod.read(scene, depsgraph)
+    sim.prev_colliders = prev_colliders
     sim.error = None
     return samples
 
@@ -450,14 +533,16 @@ def _advance(sim, objs, scene, depsgraph, frame):
     lead = objs[0].drape
     gap = frame - sim.last_frame
     t0 = time.perf_counter()
-    prev_t = np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1 else sim.members[0].prev_targets
+    # Everything is read and checked before anything changes: a bad input
+    # raises here and leaves the cloth where it stands.
     samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
-    targets, pin_w = _targets(sim, objs, samples)
     col_end = colliders_mod.read(scene, depsgraph)
     air = None
     if wind.wind_fields(scene):
         air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame)
     prm = params.cloth_params(lead, scene, solver)
+    prev_t = np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1 else sim.members[0].prev_targets
+    targets, pin_w = _targets(sim, objs, samples)
     if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
         self_params = _self_params(objs)
         sim.model.self_collision.set_params(**self_params)
@@ -479,7 +564,10 @@ def _advance(sim, objs, scene, depsgraph, frame):
         inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
                                    wind_velocity=air)
         t = time.perf_counter()
-        solver.step(sim.model, sim.state, inputs, dt, prm)
+        try:
+            solver.step(sim.model, sim.state, inputs, dt, prm)
+        except solver.SolverError as exc:
+            raise DrapeInputError(params.solver_message(objs[0], exc), name=objs[0].name) from exc
         step_ms += (time.perf_counter() - t) * 1e3
         sim.steps += 1
     sim.prev_colliders = col_end
@@ -491,32 +579,40 @@ def _advance(sim, objs, scene, depsgraph, frame):
 
 def update_sim(objs, scene, depsgraph, taken=None):
     """Bring the preview of ``objs`` (one cloth, or one cloth-cloth group) to
-    ``scene.frame_current``. Raises on bad input."""
+    ``scene.frame_current``. Raises DrapeInputError on bad input (``retry``:
+    nothing was changed)."""
     frame = scene.frame_current
     for obj in objs:
         ensure_uid(obj, taken)
     lead = objs[0]
     sim = _registry.get(lead.drape.uid)
     start = scene.frame_start
-    if sim is not None and sim.key != _sim_key(objs):
-        sim = None  # topology, a rest-state setting or the group changed
-    if sim is not None and sim.error and frame == start:
-        sim = None  # a failed cloth retries from the start frame
+    if sim is not None and sim.error and not sim.retry and frame != start and sim.key == _sim_key(objs):
+        return sim  # a failed cloth retries from the start frame, or when what it is built from changes
+    params.check_settings(objs, scene)  # a bad setting is reported before anything changes
+    if sim is not None and (sim.model is None or sim.key != _sim_key(objs) or (sim.error and not sim.retry)):
+        sim = None  # never built, topology, a rest-state setting or the group changed, or failed
+    if sim is not None:
+        sim.error, sim.retry = None, False  # raised again below while it stands
     if sim is not None and frame == start and (sim.last_frame != start or len(sim.frames) > 1):
-        samples = _reset(sim, objs, scene, depsgraph)
-        _show_all(sim, objs, samples, frame)
-        sim.first_frame = sim.last_frame = frame
-        return sim
+        if any(_missing_groups(o) for o in objs):
+            sim = None  # reset with a group gone: the build says which
+        else:
+            samples = _reset(sim, objs, scene, depsgraph)
+            _show_all(sim, objs, samples, frame)
+            sim.first_frame = sim.last_frame = frame
+            return sim
     if sim is None:
         old = _registry.get(lead.drape.uid)
-        for obj in objs:
-            _registry.pop(obj.drape.uid, None)
         try:
             sim = _build(objs, scene, depsgraph)
         except Exception:
             for obj in objs:
+                _registry.pop(obj.drape.uid, None)
                 writeback.clear_result(obj)
             raise
+        for obj in objs:
+            _registry.pop(obj.drape.uid, None)
         if old is not None:
             sim.builds = old.builds + 1
         for obj in objs:
@@ -524,8 +620,6 @@ def update_sim(objs, scene, depsgraph, taken=None):
         samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
         _show_all(sim, objs, samples, frame)
         sim.first_frame = sim.last_frame = frame
-        return sim
-    if sim.error:
         return sim
     if frame in sim.frames:  # simulated before: scrubbing back shows it
         for obj, m in zip(objs, sim.members):
@@ -538,12 +632,8 @@ def update_sim(objs, scene, depsgraph, taken=None):
         return sim
     if gap > MAX_CATCH_UP:
         raise DrapeInputError(f"'{lead.name}': jumped {gap} frames past the last simulated frame "
-                              f"{sim.last_frame}; play from there or from the start frame")
-    try:
-        _advance(sim, objs, scene, depsgraph, frame)
-    except Exception as exc:
-        sim.error = str(exc) if lead.name in str(exc) else f"'{lead.name}': {exc}"
-        raise
+                              f"{sim.last_frame}; play from there or from the start frame", name=lead.name)
+    _advance(sim, objs, scene, depsgraph, frame)
     return sim
 
 
@@ -570,6 +660,55 @@ def _units(scene):
     return units, idle
 
 
+def _message(exc, objs):
+    """The text of an error met while playing, naming the object."""
+    if isinstance(exc, DrapeInputError):
+        return str(exc)  # written with the name of the object it is about
+    name = objs[0].name
+    if type(exc).__name__ == "SolverError":
+        return params.solver_message(objs[0], exc)
+    if isinstance(exc, ValueError):
+        return f"'{name}': {exc}"
+    return f"'{name}': Drape failed ({type(exc).__name__}: {exc})"
+
+
+def _record(objs, exc):
+    """Keep the error of ``objs``'s simulation on its runtime (a stand-in
+    runtime when it has none yet)."""
+    sim = _registry.get(objs[0].drape.uid)
+    if sim is None:
+        sim = ClothRuntime([Member(o.drape.uid, o.name, o.drape.sim_source) for o in objs])
+        sim.key = _sim_key(objs)
+        for o in objs:
+            _registry[o.drape.uid] = sim
+    retry = isinstance(exc, DrapeInputError) and exc.retry
+    if retry and sim.error and not sim.retry:
+        sim.model = None  # a failed step left the state unusable: built afresh once this is fixed
+    sim.error = _message(exc, objs)
+    sim.retry = retry
+    return sim
+
+
+# uid of a simulation's first cloth -> the messages it has printed that still stand.
+_standing = {}
+
+
+def _print_new(uid, sim):
+    """Print the messages of ``sim`` that are new: each once while it stands
+    (a collider's problem, met by every cloth, once in all), again only after
+    it was fixed and came back."""
+    now = tuple(([sim.error] if sim.error else []) + sim.warnings)
+    before = _standing.get(uid, ())
+    elsewhere = {text for other, texts in _standing.items() if other != uid for text in texts}
+    for text in now:
+        if text not in before and text not in elsewhere:
+            print(f"Drape: {text}")
+    if now:
+        _standing[uid] = now
+    else:
+        _standing.pop(uid, None)
+
+
 def update_scene(scene, depsgraph):
     """Advance every Drape cloth of ``scene``; never raises (errors are kept
     on the runtime and printed once)."""
@@ -582,25 +721,17 @@ def update_scene(scene, depsgraph):
         alive.add(obj.drape.uid)
     for objs in units:
         try:
-            update_sim(objs, scene, depsgraph, taken)
+            sim = update_sim(objs, scene, depsgraph, taken)
         except Exception as exc:  # noqa: BLE001 - a handler must never raise
-            sim = _registry.get(objs[0].drape.uid)
-            message = str(exc)
-            if sim is None:
-                sim = ClothRuntime([Member(o.drape.uid, o.name, o.drape.sim_source) for o in objs])
-                sim.key = _sim_key(objs)
-                for o in objs:
-                    _registry[o.drape.uid] = sim
-            if sim.error != message:
-                print(f"Drape: {message}")
-            sim.error = message
+            sim = _record(objs, exc)
+        _print_new(objs[0].drape.uid, sim)
         alive.update(o.drape.uid for o in objs)
     _prune(alive)
 
 
 def _prune(alive_in_scene):
     """Drop runtimes whose object is gone (deleted, undone, another file)."""
-    if not _registry:
+    if not _registry and not _standing:
         return
     known = set(alive_in_scene)
     for obj in bpy.data.objects:
@@ -609,6 +740,9 @@ def _prune(alive_in_scene):
     for uid in list(_registry):
         if uid not in known:
             del _registry[uid]
+    for uid in list(_standing):
+        if uid not in known:
+            del _standing[uid]
 
 
 # --------------------------------------------------------------------------- handlers

@@ -13,11 +13,21 @@ power / min / max distances follow Blender's effector falloff:
 ``1`` inside min, ``0`` beyond max, ``(1 + d - min)^-power`` between (or a
 linear-power ramp to 0 at max when max is used). ``noise`` modulates the
 strength with a smooth, deterministic space-time noise seeded by ``seed``.
+
+A field the solver cannot use (a NaN strength, a transform gone non-finite)
+raises DrapeInputError naming the field object and the setting.
 """
+
+import math
 
 import numpy as np
 
 from ._kernels import wind_field_kernel
+from .meshdata import DrapeInputError
+
+# The field settings sample_field reads, in the order they are reported.
+_FIELD_SETTINGS = ("strength", "noise", "falloff_power", "distance_min", "distance_max", "radial_falloff",
+                   "radial_min", "radial_max")
 
 
 def wind_fields(scene):
@@ -55,6 +65,22 @@ def sample_field(obj_eval, field, points, frame, out=None):
     return out
 
 
+def check_field(obj, obj_eval):
+    """Raise DrapeInputError (``retry``) when ``obj``'s field settings or
+    transform are not finite."""
+    field = obj.field
+    for prop in _FIELD_SETTINGS:
+        value = float(getattr(field, prop))
+        if not math.isfinite(value):
+            name = field.bl_rna.properties[prop].name
+            raise DrapeInputError(f"'{obj.name}' (wind field): {name} must be finite, got {value:g}",
+                                  name=obj.name, setting=name, retry=True)
+    if not np.isfinite(np.array(obj_eval.matrix_world, dtype=np.float64)).all():
+        raise DrapeInputError(f"'{obj.name}' (wind field): its transform is not finite (a NaN or infinite "
+                              f"Location, Rotation or Scale, or its parent's or constraints')",
+                              name=obj.name, retry=True)
+
+
 def wind_velocity(scene, depsgraph, points, frame):
     """(n, 3) float32 wind velocity at ``points`` (world), or None without wind."""
     fields = wind_fields(scene)
@@ -62,5 +88,7 @@ def wind_velocity(scene, depsgraph, points, frame):
         return None
     total = np.zeros((points.shape[0], 3), np.float32)
     for obj in fields:
-        sample_field(obj.evaluated_get(depsgraph), obj.field, points, frame, total)
+        obj_eval = obj.evaluated_get(depsgraph)
+        check_field(obj, obj_eval)
+        sample_field(obj_eval, obj.field, points, frame, total)
     return total

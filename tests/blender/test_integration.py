@@ -726,7 +726,7 @@ def _two_sheets(collide):
         bpy.ops.drape.cloth_add(pin_group="pin" if obj is hammock else "")
         obj.drape.cloth_collision = collide
         obj.drape.self_thickness = 0.01
-        obj.drape.substeps = 10  # at 4 the solver's contacts still let the blanket through (reported)
+        obj.drape.substeps = 10  # fewer substeps let a falling blanket's contacts come too late to hold
     return hammock, top
 
 
