@@ -12,22 +12,31 @@ module or a Blender without the extension installed (it registers Drape from
 the checkout first).
 
 Options (after ``--`` with Blender):
-  --object NAME      bake this object (repeat for several); default: every Drape cloth
+  --object NAME      bake this object (repeat for several); default: every Drape cloth of the scene
   --target T         SHAPE_KEYS, PC2 or ALEMBIC; default: each object's own setting
-  --start N --end N  frame range; default: the object's bake settings (scene range by default)
-  --folder DIR       cache folder for PC2/Alembic ('//' = next to the .blend); default: object's
-  --scene NAME       scene to bake (default: the file's active scene)
-  --output PATH      save to PATH instead of over the input .blend
+  --start N --end N  frame range; default: the object's bake settings (the baked scene's range by default)
+  --folder DIR       cache folder for PC2/Alembic ('//' = next to the saved .blend: the
+                     output's with --output); default: each object's own (next to the output)
+  --scene NAME       scene to bake, at its own frames (default: the file's active scene)
+  --output PATH      save to PATH instead of over the input .blend; the input and the
+                     caches it plays are not touched
   --frame-source F.py:FUNC   advanced/testing: take positions from FUNC(obj) instead of the simulation
 
 One line of progress every 10 frames on stdout. Exit status 0 when baked and
-saved, 1 when the bake failed (the .blend is then not saved: nothing
-changed), 2 for a usage error. One object (or shot) per farm job keeps jobs
-independent; the cache file names come from the object names.
+saved, 1 when the bake or the save failed (with the reason on stderr; the
+input, its caches and any earlier output are then as they were), 2 for a
+usage error. One object (or shot) per farm job keeps jobs independent; the
+cache file names come from the object names (with ``_2``... when another
+.blend plays that name already).
+
+Every save is verified: written to a temporary name in the destination
+folder, opened in a child Blender that checks the baked objects are in it,
+then renamed over the destination.
 """
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 
@@ -54,6 +63,81 @@ def _load_source(spec):
     return getattr(module, func)
 
 
+def _verify_code():
+    from . import job as job_mod
+
+    return job_mod._CHILD_PRELUDE + """
+blend, expected = argv[0], json.loads(argv[1])
+bpy.ops.wm.open_mainfile(filepath=blend)
+found = {}
+for name, want in expected.items():
+    obj = bpy.data.objects.get(name)
+    if obj is None:
+        found[name] = "missing"
+        continue
+    keys = obj.data.shape_keys if obj.type == 'MESH' else None
+    frames = len([k for k in keys.key_blocks if k.name.startswith("drape_")]) if keys else 0
+    mods = [m.name for m in obj.modifiers]
+    if want["target"] == "SHAPE_KEYS" and frames != want["frames"]:
+        found[name] = f"{frames} baked shape keys, expected {want['frames']}"
+    elif want["target"] != "SHAPE_KEYS" and "Drape Bake" not in mods:
+        found[name] = "no 'Drape Bake' modifier"
+print("DRAPE_VERIFY " + json.dumps(found))
+sys.exit(1 if found else 0)
+"""
+
+
+def _staging_name(path, what):
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.drape-{what}-{os.getpid()}.blend")
+
+
+def _remove(path):
+    for p in (path, path + "@"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            print(f"bake_headless: could not remove {p}: {exc.strerror or exc}", file=sys.stderr)
+
+
+def _save_verified(bpy, job, destination):
+    """Saves the open file to ``destination``: a copy at a temporary name in
+    the same folder, opened by a child Blender that checks the baked objects,
+    then renamed over it. Returns None, or the reason it failed (the
+    destination is then as it was)."""
+    from . import job as job_mod
+
+    tmp = _staging_name(destination, "save")
+    expected = {i.name: {"target": i.target, "frames": len(job.frames)} for i in job.items}
+    try:
+        try:
+            bpy.ops.wm.save_as_mainfile(filepath=tmp, copy=True, relative_remap=True)
+        except RuntimeError as exc:
+            return f"saving {tmp} failed: {exc}"
+        if not os.path.isfile(tmp):
+            return f"saving {tmp} failed: Blender wrote no file"
+        with open(tmp, "rb") as fh:
+            magic = fh.read(7)
+        # A .blend starts with "BLENDER", or zstd's magic when compressed.
+        if magic != b"BLENDER" and magic[:4] != b"\x28\xb5\x2f\xfd":
+            return f"{tmp} is not a .blend (it starts with {magic!r})"
+        code, output = job_mod.run_child(_verify_code(), [job_mod.PACKAGE_ROOT, tmp, json.dumps(expected)],
+                                         timeout=1800)
+        if code != 0:
+            detail = [ln for ln in output.splitlines() if ln.startswith("DRAPE_VERIFY ") or "rror" in ln]
+            return (f"the saved file {tmp} does not open as a complete bake: the check "
+                    f"{job_mod._exit_reason(code)}" + (f" ({detail[-1]})" if detail else ""))
+        try:
+            os.replace(tmp, destination)
+        except OSError as exc:
+            return f"renaming {tmp} to {destination} failed: {exc.strerror or exc}"
+        return None
+    finally:
+        _remove(tmp)
+
+
 def main(argv=None):
     """Bake and save; returns the exit status (0 baked and saved, 1 bake failed, 2 usage)."""
     if argv is None:
@@ -75,9 +159,10 @@ def main(argv=None):
             print(f"bake_headless: no such file: {args.blend}", file=sys.stderr)
             return 2
         bpy.ops.wm.open_mainfile(filepath=os.path.abspath(args.blend))
+    source_blend = bpy.data.filepath
     scene = bpy.data.scenes.get(args.scene) if args.scene else bpy.context.scene
     if scene is None:
-        print(f"bake_headless: no scene named '{args.scene}' in {bpy.data.filepath}", file=sys.stderr)
+        print(f"bake_headless: no scene named '{args.scene}' in {source_blend}", file=sys.stderr)
         return 2
     if args.frame_source:
         job_mod.set_frame_source(_load_source(args.frame_source))
@@ -85,29 +170,64 @@ def main(argv=None):
         missing = [n for n in args.object if bpy.data.objects.get(n) is None]
         if missing:
             print(f"bake_headless: no object named {', '.join(repr(n) for n in missing)} in "
-                  f"{bpy.data.filepath}", file=sys.stderr)
+                  f"{source_blend}", file=sys.stderr)
             return 2
         objects = [bpy.data.objects[n] for n in args.object]
+        outside = [o.name for o in objects if scene.objects.get(o.name) is None]
+        if outside:
+            print(f"bake_headless: {', '.join(repr(n) for n in outside)} not in scene '{scene.name}' "
+                  f"(give --scene)", file=sys.stderr)
+            return 2
         not_cloth = [o.name for o in objects if not (job_mod.is_cloth(o) or args.frame_source)]
         if not_cloth:
             print(f"bake_headless: {', '.join(repr(n) for n in not_cloth)} is not a Drape cloth", file=sys.stderr)
             return 2
     else:
         objects = [o for o in scene.objects if job_mod.is_cloth(o)]
+    destination = os.path.abspath(args.output) if args.output else source_blend
+    if not os.path.isdir(os.path.dirname(destination)):
+        print(f"bake_headless: no folder {os.path.dirname(destination)} for {destination}", file=sys.stderr)
+        return 2
     default_start, default_end = job_mod.frame_range(scene, objects[0] if objects else None)
     start = args.start if args.start is not None else default_start
     end = args.end if args.end is not None else default_end
-    print(f"bake_headless: {bpy.data.filepath}: baking {', '.join(o.name for o in objects) or 'nothing'} "
-          f"frames {start}..{end}", flush=True)
+    print(f"bake_headless: {source_blend}: baking {', '.join(o.name for o in objects) or 'nothing'} "
+          f"in scene '{scene.name}' frames {start}..{end}", flush=True)
+
+    # The input on disk plays the caches it plays now: a bake must not write over them.
+    job_mod.record_references(source_blend)
+    stage = ""
+    if destination != source_blend:
+        # Re-based on the output's folder first, so '//' (the folder
+        # setting, --folder, the file's other relative paths) means next to the output.
+        stage = _staging_name(destination, "stage")
+        try:
+            bpy.ops.wm.save_as_mainfile(filepath=stage, relative_remap=True)
+        except RuntimeError as exc:
+            _remove(stage)
+            print(f"bake_headless: cannot write next to {destination}: {exc}", file=sys.stderr, flush=True)
+            return 1
     try:
-        job_mod.run_blocking(scene, objects, start, end, target=args.target, folder=args.folder,
-                             log=lambda line: print(line, flush=True))
-    except job_mod.BakeError as exc:
-        print(f"bake_headless: bake failed, nothing saved: {exc}", file=sys.stderr, flush=True)
-        return 1
-    if args.output:
-        bpy.ops.wm.save_as_mainfile(filepath=os.path.abspath(args.output))
-    else:
-        bpy.ops.wm.save_mainfile()
-    print(f"bake_headless: saved {bpy.data.filepath}", flush=True)
+        try:
+            job = job_mod.run_blocking(scene, objects, start, end, target=args.target, folder=args.folder,
+                                       log=lambda line: print(line, flush=True))
+        except Exception as exc:  # noqa: BLE001 - any failure: exit 1 with the reason
+            if not isinstance(exc, job_mod.BakeError):
+                import traceback
+
+                traceback.print_exc()
+            print(f"bake_headless: bake failed, nothing saved: {job_mod.describe(exc)}",
+                  file=sys.stderr, flush=True)
+            return 1
+        failure = _save_verified(bpy, job, destination)
+        if failure is not None:
+            print(f"bake_headless: {failure}; {destination} is as it was", file=sys.stderr, flush=True)
+            return 1
+    finally:
+        if stage:
+            _remove(stage)
+    # The destination plays the new caches (this also forgets the claims the
+    # temporary names made when they were saved).
+    job_mod.record_references(destination)
+    print(f"bake_headless: saved {destination}", flush=True)
     return 0

@@ -1,14 +1,31 @@
 """A bake as a small state machine: ``validate`` → ``begin`` → ``step`` per
 frame → ``finish`` (or ``abort``). The modal operator calls ``step`` from a
-timer, the background bake and the headless tool call :func:`run_blocking`.
+timer, the background bake and the headless tool call :meth:`BakeJob.run`.
 
 Nothing the user owns changes until ``finish``: frames go to temporary PC2
-files or to memory, an earlier bake is only hidden (and put back on abort),
-and the final swap happens once every object's data is complete.
+files, an earlier bake is only hidden (and put back on abort), and the final
+swap happens once every object's data is complete. The swap itself is a
+transaction: everything it edits is kept aside first (:class:`_Stash`) and
+put back if any step of it fails, whatever the exception.
+
+Cache files are never deleted by a bake: the saved .blend (or another one)
+may still play the old file. Which .blend files play which cache files is
+kept in a small registry in each cache folder (:data:`REGISTRY_NAME`), updated
+when a file is saved or opened and when a bake completes; a bake never writes
+over a file another known .blend plays, and :func:`unused_caches` lists what
+no known .blend plays any more, for the clean-up operator.
+
+Blender's Alembic exporter can throw a C++ exception out of a full disk,
+which aborts the process: it runs in a child Blender (:func:`run_child`),
+where an abort is only a failed bake.
 """
 
 import errno
+import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,6 +37,11 @@ from . import install, pc2
 
 TARGET_IDS = ('SHAPE_KEYS', 'PC2', 'ALEMBIC')
 _EXTENSIONS = {'PC2': ".pc2", 'ALEMBIC': ".abc"}
+CACHE_EXTENSIONS = tuple(_EXTENSIONS.values())
+
+# The package root (this file is <root>/bake/job.py): a child Blender loads
+# the bake modules from here by path, whatever the package is called.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Where the per-frame dense positions come from. ``None``: scene.runtime.
 # Tests (and tools) may install any callable ``source(obj) -> (m, 3)`` in
@@ -51,6 +73,14 @@ class BakeError(Exception):
     """A problem the user can fix; the message names the object."""
 
 
+def describe(exc):
+    """One line for any exception: a BakeError is already a sentence, anything
+    else (a changed API, a bug) keeps its type so it can be reported."""
+    if isinstance(exc, BakeError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def is_cloth(obj):
     settings = getattr(obj, "drape", None)
     return obj.type == 'MESH' and bool(getattr(settings, "enabled", False))
@@ -60,6 +90,340 @@ def safe_filename(name):
     keep = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in name)
     return keep.strip(".") or "object"
 
+
+# --- which .blend files play which cache files ----------------------------------
+
+REGISTRY_NAME = ".drape_cache_users.json"
+# Folders whose registry the open file may have claims in: the ones its bakes
+# were in when it was opened, saved or baked in this session.
+_known_folders = set()
+
+
+def _blend_path(path=None):
+    path = bpy.data.filepath if path is None else path
+    return os.path.abspath(path) if path else ""
+
+
+def read_users(folder):
+    """{cache file name: [absolute .blend paths that play it]} for ``folder``;
+    a name is in it once a Drape bake wrote that file. An unreadable registry
+    reads as empty: nothing in the folder is then known to be unused."""
+    path = os.path.join(folder, REGISTRY_NAME)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        print(f"Drape: ignoring the unreadable cache registry {path}: {exc}")
+        return {}
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {str(name): [str(b) for b in users] for name, users in files.items() if isinstance(users, list)}
+
+
+def _write_users(folder, files):
+    path = os.path.join(folder, REGISTRY_NAME)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"version": 1, "files": files}, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        print(f"Drape: could not update the cache registry {path}: {exc.strerror or exc}")
+
+
+def referenced_caches():
+    """The absolute paths of the cache files the open file's bakes play."""
+    out = set()
+    for obj in bpy.data.objects:
+        st = getattr(obj, "drape_bake", None)
+        if st is not None and st.baked_filepath and obj.library is None:
+            out.add(install.abspath(st.baked_filepath))
+    return out
+
+
+def record_references(blend=None):
+    """The .blend at ``blend`` (default: the open file), just saved or opened,
+    plays exactly the caches the open file plays: its claims in every folder
+    it may have claims in are set to that."""
+    blend = _blend_path(blend)
+    if not blend:
+        return
+    by_folder = {}
+    for path in referenced_caches():
+        by_folder.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
+    _known_folders.update(by_folder)
+    for folder in sorted(_known_folders):
+        if not os.path.isdir(folder):
+            continue
+        files = read_users(folder)
+        wanted = by_folder.get(folder, set())
+        changed = _forget_missing(files)
+        for name in wanted:
+            users = files.setdefault(name, [])
+            if blend not in users:
+                users.append(blend)
+                changed = True
+        for name, users in files.items():
+            if name not in wanted and blend in users:
+                users.remove(blend)
+                changed = True
+        if changed:
+            _write_users(folder, files)
+
+
+def _forget_missing(files):
+    """Drops the users that no longer exist (a .blend deleted, or a
+    temporary name saved and renamed); True if any was dropped."""
+    changed = False
+    for users in files.values():
+        alive = [b for b in users if os.path.isfile(b)]
+        if len(alive) != len(users):
+            users[:] = alive
+            changed = True
+    return changed
+
+
+def _claim(paths, blend):
+    """Registers freshly baked files as Drape's, played by ``blend`` (if saved)."""
+    by_folder = {}
+    for path in paths:
+        by_folder.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+    for folder, names in by_folder.items():
+        _known_folders.add(folder)
+        files = read_users(folder)
+        for name in names:
+            users = files.setdefault(name, [])
+            if blend and blend not in users:
+                users.append(blend)
+        _write_users(folder, files)
+
+
+def other_users(path, blend=None):
+    """The existing .blend files other than ``blend`` (default: the open
+    file) that Drape knows play the cache file ``path``."""
+    blend = _blend_path(blend)
+    users = read_users(os.path.dirname(path)).get(os.path.basename(path), [])
+    return [b for b in users if b != blend and os.path.isfile(b)]
+
+
+def unused_caches(folder):
+    """Cache files in ``folder`` that a Drape bake wrote and that neither the
+    open file nor any existing .blend Drape knows of plays; sorted paths.
+    Files Drape has no record of are never listed (a .blend saved elsewhere
+    may play them)."""
+    folder = os.path.abspath(folder)
+    playing = referenced_caches()
+    out = []
+    for name, users in read_users(folder).items():
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path) or path in playing:
+            continue
+        if any(os.path.isfile(b) for b in users):
+            continue
+        out.append(path)
+    return sorted(out)
+
+
+def delete_unused_caches(folder):
+    """Deletes :func:`unused_caches` and their registry entries; returns the paths."""
+    gone = []
+    for path in unused_caches(folder):
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            print(f"Drape: could not delete {path}: {exc.strerror or exc}")
+            continue
+        gone.append(path)
+    if gone:
+        files = read_users(folder)
+        for path in gone:
+            files.pop(os.path.basename(path), None)
+        _write_users(os.path.abspath(folder), files)
+    return gone
+
+
+# --- a child Blender ---------------------------------------------------------------
+
+def child_command(code, args):
+    """The command that runs ``code`` in a fresh, background Blender: this
+    Blender's own binary, or for the bpy module this Python (which imports
+    bpy). ``code`` reads its arguments after ``--`` in ``sys.argv``."""
+    args = [str(a) for a in args]
+    if bpy.app.binary_path:
+        return [bpy.app.binary_path, "--background", "--factory-startup", "--python-exit-code", "1",
+                "--python-expr", code, "--", *args]
+    return [sys.executable, "-c", code, "--", *args]
+
+
+def run_child(code, args, timeout=3600):
+    """Runs ``code`` in a child Blender; returns (returncode, output tail).
+    A negative returncode is the signal that ended it (SIGABRT: -6)."""
+    try:
+        proc = subprocess.run(child_command(code, args), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        return None, f"no answer after {exc.timeout:.0f} s"
+    except OSError as exc:
+        return None, f"could not start a child Blender: {exc.strerror or exc}"
+    return proc.returncode, (proc.stdout[-2000:] + proc.stderr[-2000:]).strip()
+
+
+def _exit_reason(code):
+    if code is None:
+        return "did not finish"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    if code == 134:  # an abort, seen through a shell
+        return "was killed by SIGABRT"
+    return f"exited with status {code}"
+
+
+# Loads the bake modules from the package root by path (the package name
+# differs between a checkout and an installed extension), with the settings
+# the shape-key helper writes to.
+_CHILD_PRELUDE = """
+import importlib.util, json, sys
+argv = sys.argv[sys.argv.index("--") + 1:]
+root = argv.pop(0)
+spec = importlib.util.spec_from_file_location("drape_child", root + "/__init__.py",
+                                              submodule_search_locations=[root])
+pkg = importlib.util.module_from_spec(spec)
+sys.modules["drape_child"] = pkg
+spec.loader.exec_module(pkg)
+import bpy
+"""
+
+_ALEMBIC_CHILD = _CHILD_PRELUDE + """
+from drape_child.bake import install, pc2, settings
+mesh_blend, mesh_name, obj_name, start, end, samples, out, fps, fps_base, answer = argv
+bpy.ops.wm.read_factory_settings(use_empty=True)
+settings.register()
+with bpy.data.libraries.load(mesh_blend) as (src, dst):
+    dst.meshes = [mesh_name]
+mesh = dst.meshes[0]
+obj = bpy.data.objects.new(obj_name, mesh)
+bpy.context.scene.render.fps = int(fps)
+bpy.context.scene.render.fps_base = float(fps_base)
+path = install.export_alembic(obj, list(range(int(start), int(end) + 1)), pc2.samples(samples), out)
+with open(answer, "w") as fh:
+    json.dump({"object_path": path}, fh)
+"""
+
+
+def export_alembic_isolated(item, frames, log=None):
+    """Writes ``item``'s captured frames to ``item.alembic_tmp`` with Blender's
+    Alembic exporter in a child Blender that gets a saved copy of just the
+    mesh; returns the Alembic object path. Raises BakeError with the reason."""
+    obj = item.obj
+    tag = f"drape_abc_{os.getpid()}_{safe_filename(item.name)}"
+    tmp_dir = tempfile.mkdtemp(prefix=tag)
+    try:
+        mesh_blend = os.path.join(tmp_dir, "mesh.blend")
+        answer = os.path.join(tmp_dir, "answer.json")
+        try:
+            bpy.data.libraries.write(mesh_blend, {obj.data}, fake_user=True)
+        except (OSError, RuntimeError) as exc:
+            raise BakeError(f"'{item.name}': could not save the mesh for the Alembic export "
+                            f"({tempfile.gettempdir()}): {exc}") from exc
+        render = bpy.context.scene.render
+        code, output = run_child(_ALEMBIC_CHILD, [
+            PACKAGE_ROOT, mesh_blend, obj.data.name, obj.name, frames[0], frames[-1],
+            item.writer.tmp_path, item.alembic_tmp, render.fps, render.fps_base, answer])
+        if code == 0 and os.path.isfile(answer):
+            with open(answer, encoding="utf-8") as fh:
+                return json.load(fh)["object_path"]
+        folder = os.path.dirname(item.alembic_tmp)
+        why = f"Blender's Alembic exporter {_exit_reason(code)} writing {item.alembic_tmp}"
+        free = _free_bytes(folder)
+        if free is not None and free < max(1 << 20, 2 * os.path.getsize(item.writer.tmp_path)):
+            why += f": the disk is full ({free / 1e6:.1f} MB free in {folder})"
+        lines = [ln for ln in output.splitlines() if "EXCEPTION" in ln or "Error" in ln or "error" in ln]
+        if lines:
+            why += f" ({lines[-1].strip()})"
+        raise BakeError(f"'{item.name}': {why}; the earlier bake is unchanged")
+    finally:
+        for name in os.listdir(tmp_dir):
+            try:
+                os.unlink(os.path.join(tmp_dir, name))
+            except OSError:
+                pass
+        try:
+            os.rmdir(tmp_dir)
+        except OSError:
+            pass
+
+
+def _free_bytes(folder):
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+# --- progress ------------------------------------------------------------------------
+
+# A frame this much slower than the others (and over a second) is taken to
+# have compiled the solver (numba, first run after installing) rather than
+# simulated: it is left out of the rate the time left is estimated from.
+_SLOW_FACTOR = 10.0
+_SLOW_SECONDS = 1.0
+
+
+def slow_frames(frame_times):
+    """Indices of frames that took much longer than the others (compilation).
+    The reference is the lower median, so one fast and one slow frame
+    already tell the slow one apart."""
+    times = np.asarray(frame_times, dtype=np.float64)
+    if times.size < 2:
+        return []
+    mid = (times.size - 1) // 2
+    reference = float(np.partition(times, mid)[mid])
+    return [int(i) for i in np.flatnonzero((times > _SLOW_SECONDS) & (times > _SLOW_FACTOR * reference))]
+
+
+def eta_seconds(frame_times, done, total, elapsed):
+    """Seconds left for ``total - done`` frames, or None while unknown.
+
+    The rate is wall time since the bake started (so the time between frames,
+    UI redraws and writes, counts) less the frames that compiled the solver,
+    over the frames that remain."""
+    if done <= 0:
+        return None
+    slow = slow_frames(frame_times[:done])
+    steady = done - len(slow)
+    if steady <= 0:
+        return None
+    spent = max(float(elapsed) - sum(frame_times[i] for i in slow), 0.0)
+    return spent / steady * (total - done)
+
+
+def format_duration(seconds):
+    if seconds is None:
+        return "?"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+# --- the bake ------------------------------------------------------------------------
 
 @dataclass
 class _Item:
@@ -73,6 +437,102 @@ class _Item:
     memo: dict = field(default_factory=dict)
     alembic_tmp: str = ""
     object_path: str = ""
+    note: str = ""            # why the file has another name than the object's
+    stash: object = None
+    keep: str = ""            # a hard link to the cache file this bake writes over
+    committed: bool = False   # the new cache file is at abs_path
+
+
+class _Stash:
+    """What the swap may change on one object, kept aside until every
+    object's swap succeeded: the mesh with its shape keys and attributes (a
+    copy), the action of its shape keys (a copy), the old bake's modifier
+    (renamed aside, so its cache file datablock keeps its user), every
+    modifier's visibility and the bake settings."""
+
+    ASIDE = " (previous)"
+
+    def __init__(self, obj):
+        self.obj = obj
+        st = obj.drape_bake
+        self.settings = {p.identifier: getattr(st, p.identifier) for p in st.bl_rna.properties
+                         if p.identifier != "rna_type" and not p.is_readonly}
+        self.visibility = [(m.name, m.show_viewport, m.show_render) for m in obj.modifiers]
+        self.mesh_name = obj.data.name
+        self.action_uids = {a.session_uid for a in bpy.data.actions}
+        keys = obj.data.shape_keys
+        self.key_name = keys.name if keys is not None else None
+        anim = keys.animation_data if keys is not None else None
+        self.action = None  # (name, session_uid, copy)
+        if anim is not None and anim.action is not None:
+            self.action = (anim.action.name, anim.action.session_uid, anim.action.copy())
+        self.mesh = obj.data.copy()
+        backup_anim = self.mesh.shape_keys.animation_data if self.mesh.shape_keys is not None else None
+        if backup_anim is not None:
+            # The copy must not hold the action: the free would keep an old
+            # bake's action alive and the new one would get another name.
+            # Re-assigned on restore, Blender picks the same slot by its name.
+            backup_anim.action = None
+        self.modifier = None
+        old = obj.modifiers.get(install.MODIFIER_NAME)
+        if old is not None:
+            old.name = install.MODIFIER_NAME + self.ASIDE
+            self.modifier = old.name
+
+    def commit(self):
+        """The swap succeeded: drop what was kept aside."""
+        obj = self.obj
+        if self.modifier is not None:
+            mod = obj.modifiers.get(self.modifier)
+            if mod is not None:
+                _remove_modifier(obj, mod)
+        bpy.data.meshes.remove(self.mesh)
+        if self.action is not None:
+            bpy.data.actions.remove(self.action[2])
+
+    def restore(self):
+        """The swap failed: put the object back exactly as it was."""
+        obj = self.obj
+        mod = obj.modifiers.get(install.MODIFIER_NAME)
+        if mod is not None:
+            _remove_modifier(obj, mod)
+        if self.modifier is not None:
+            old = obj.modifiers.get(self.modifier)
+            if old is not None:
+                old.name = install.MODIFIER_NAME
+        for name, show_viewport, show_render in self.visibility:
+            m = obj.modifiers.get(name)
+            if m is not None:
+                m.show_viewport, m.show_render = show_viewport, show_render
+        broken = obj.data
+        broken.user_remap(self.mesh)
+        bpy.data.meshes.remove(broken)
+        self.mesh.name = self.mesh_name
+        if self.key_name is not None and self.mesh.shape_keys is not None:
+            self.mesh.shape_keys.name = self.key_name
+        copy = self.action[2] if self.action is not None else None
+        for action in list(bpy.data.actions):
+            if action.session_uid not in self.action_uids and action != copy and action.users == 0:
+                bpy.data.actions.remove(action)
+        if self.action is not None:
+            name, uid, copy = self.action
+            changed = next((a for a in bpy.data.actions if a.session_uid == uid), None)
+            if changed is not None:
+                changed.user_remap(copy)
+                bpy.data.actions.remove(changed)
+            copy.name = name
+            self.mesh.shape_keys.animation_data.action = copy
+        st = obj.drape_bake
+        for key, value in self.settings.items():
+            if getattr(st, key) != value:
+                setattr(st, key, value)
+
+
+def _remove_modifier(obj, mod):
+    cache = getattr(mod, "cache_file", None)
+    obj.modifiers.remove(mod)
+    if cache is not None and cache.users == 0:
+        bpy.data.batch_remove([cache])  # cache_files has no remove()
 
 
 class BakeJob:
@@ -100,6 +560,7 @@ class BakeJob:
         self.started = False
         self.done = False
         self.frame_times = []
+        self.t0 = None
         self._saved_frame = (scene.frame_current, scene.frame_subframe)
         self._source = None
 
@@ -111,6 +572,7 @@ class BakeJob:
         if self.frame_end < self.frame_start:
             raise BakeError(f"Empty frame range {self.frame_start}..{self.frame_end}: "
                             "the end frame is before the start frame")
+        taken = set()
         for obj in self.objects:
             if obj.type != 'MESH':
                 raise BakeError(f"'{obj.name}' is not a mesh")
@@ -130,16 +592,44 @@ class BakeJob:
                 if folder.startswith("//") and not bpy.data.filepath:
                     raise BakeError(f"'{obj.name}': the cache folder '{folder}' is relative to the .blend, "
                                     "which is not saved yet: save the file or choose an absolute folder")
-                name = safe_filename(obj.name) + _EXTENSIONS[target]
-                item.filepath = folder.rstrip("/\\") + "/" + name if folder.startswith("//") \
-                    else os.path.join(folder, name)
-                item.abs_path = install.abspath(item.filepath)
+                self._choose_file(item, folder, taken)
+                taken.add(item.abs_path)
             self.items.append(item)
-        paths = [i.abs_path for i in self.items if i.abs_path]
-        if len(paths) != len(set(paths)):
-            raise BakeError("Two objects would write the same cache file: give them distinct names")
         self._source = frame_source()
         return self
+
+    def _choose_file(self, item, folder, taken):
+        """The object's name in ``folder``, unless another .blend Drape knows
+        of plays that file (or a file Drape has no record of is there and
+        this object's bake is not it): then the first free ``<name>_<k>``.
+        Writing over the file this .blend alone plays is a re-bake."""
+        blend = _blend_path()
+        st = item.obj.drape_bake
+        own = install.abspath(st.baked_filepath) if st.baked_filepath else ""
+        base, ext = safe_filename(item.obj.name), _EXTENSIONS[item.target]
+        first, first_why = None, ""
+        for k in range(1, 10000):
+            name = f"{base}{ext}" if k == 1 else f"{base}_{k}{ext}"
+            stored = folder.rstrip("/\\") + "/" + name if folder.startswith("//") else os.path.join(folder, name)
+            path = install.abspath(stored)
+            if path in taken:
+                continue
+            users = read_users(os.path.dirname(path)).get(name)
+            if users is None:
+                free = not os.path.exists(path) or path == own
+                why = "is there and Drape has no record of which .blend plays it"
+            else:
+                others = [b for b in users if b != blend and os.path.isfile(b)]
+                free = not others
+                why = f"is played by {', '.join(others)}"
+            if free:
+                item.filepath, item.abs_path = stored, path
+                if first is not None:
+                    item.note = f"'{item.name}': {first} {first_why}: baking to {name} instead"
+                return
+            if first is None:
+                first, first_why = path, why
+        raise BakeError(f"'{item.name}': no free cache file name in {folder}")
 
     # -- opening temporary storage ------------------------------------------
     def begin(self):
@@ -147,6 +637,8 @@ class BakeJob:
             self.validate()
         try:
             for item in self.items:
+                if item.note and self.log is not None:
+                    self.log(item.note)
                 item.writer = self._open_writer(item)
                 if item.target == 'ALEMBIC':
                     item.alembic_tmp = f"{item.abs_path}.tmp-{os.getpid()}.abc"
@@ -155,7 +647,7 @@ class BakeJob:
                 if st.baked or st.baked_target or item.obj.modifiers.get(install.MODIFIER_NAME):
                     item.memo = install.suspend(item.obj)
         except BaseException:
-            self._drop()
+            self.abort()
             raise
         self.started = True
         self.t0 = time.perf_counter()
@@ -201,8 +693,10 @@ class BakeJob:
                 self._capture(item)
         self.frame_times.append(time.perf_counter() - t)
         self.index += 1
-        if self.log is not None and (self.index == self.total or self.index % 10 == 0 or self.index == 1):
-            self.log(self.progress_text())
+        if self.log is not None:
+            slow = self.index <= 3 and (self.index - 1) in slow_frames(self.frame_times)
+            if self.index == self.total or self.index % 10 == 0 or self.index == 1 or slow:
+                self.log(self.progress_text())
         return self.index >= self.total
 
     def _capture(self, item):
@@ -216,10 +710,13 @@ class BakeJob:
             raise BakeError(f"'{item.name}': its mesh changed from {item.vertices} to "
                             f"{len(item.obj.data.vertices)} vertices during the bake")
         try:
-            positions = self._source(item.obj)
+            # The source reads the context's scene (its current frame): the
+            # baked scene, which need not be the window's.
+            with bpy.context.temp_override(scene=self.scene):
+                positions = self._source(item.obj)
         except RuntimeError as exc:  # scene.runtime: no result for this frame, with the reason
             raise BakeError(f"'{item.name}': no simulated result at frame "
-                            f"{self.scene.frame_current}: {exc}") from exc
+                            f"{self.scene.frame_current} of scene '{self.scene.name}': {exc}") from exc
         if positions is None or np.shape(positions) != (item.vertices, 3):
             raise BakeError(f"'{item.name}': the simulation gave positions of shape "
                             f"{np.shape(positions)}, the mesh has {item.vertices} vertices")
@@ -233,17 +730,53 @@ class BakeJob:
         times = self.frame_times[-20:]
         return 1e3 * float(np.median(times)) if times else 0.0
 
+    def elapsed(self):
+        return time.perf_counter() - self.t0 if self.t0 is not None else 0.0
+
+    def may_compile(self):
+        """True before the first simulated frames: on the first run after
+        installing, one of them compiles the solver (minutes, not ms)."""
+        return self.index < min(self.total, 3) and not slow_frames(self.frame_times)
+
+    def starting_text(self):
+        names = ", ".join(i.name for i in self.items)
+        return (f"Drape bake {names}: frame {self.schedule[self.index]} ({self.index + 1}/{self.total}), "
+                f"{format_duration(self.elapsed())} elapsed; the first run after installing compiles "
+                "the solver (a few minutes)")
+
     def progress_text(self):
         frame = self.schedule[min(self.index, self.total) - 1] if self.index else self.schedule[0]
         ms = self.ms_per_frame()
-        left = (self.total - self.index) * ms / 1e3
+        elapsed = self.elapsed()
+        left = eta_seconds(self.frame_times, self.index, self.total, elapsed)
         names = ", ".join(i.name for i in self.items)
-        return (f"Drape bake {names}: frame {frame} ({self.index}/{self.total}), "
-                f"{ms:.1f} ms/frame, {left:.1f} s left")
+        text = (f"Drape bake {names}: frame {frame} ({self.index}/{self.total}), "
+                f"{ms:.1f} ms/frame, {format_duration(left)} left, {format_duration(elapsed)} elapsed")
+        slow = slow_frames(self.frame_times)
+        if slow:
+            text += (f"; compiling the solver (first run) took "
+                     f"{format_duration(sum(self.frame_times[i] for i in slow))}")
+        return text
+
+    # -- the whole bake in one go ---------------------------------------------
+    def run(self):
+        """Validates, steps every frame and finishes; on any failure
+        everything is as before and the exception is raised again."""
+        self.validate()
+        self.begin()
+        try:
+            while not self.step():
+                pass
+        except BaseException:
+            self.abort()
+            raise
+        self.finish()
+        return self
 
     # -- the end ------------------------------------------------------------
     def finish(self):
-        """Completes the temporary data, then swaps it in for every object."""
+        """Completes the temporary data, then swaps it in for every object;
+        if any of that fails, everything is put back as it was."""
         try:
             for item in self.items:
                 try:
@@ -252,42 +785,85 @@ class BakeJob:
                     raise BakeError(f"'{item.name}': finishing {item.writer.tmp_path} failed: "
                                     f"{exc.strerror or exc}") from exc
                 if item.target == 'ALEMBIC':
-                    try:
-                        item.object_path = install.export_alembic(
-                            item.obj, self.frames, self._samples(item), item.alembic_tmp)
-                    except (OSError, RuntimeError, ValueError) as exc:
-                        raise BakeError(f"'{item.name}': Alembic export failed: {exc}") from exc
+                    item.object_path = export_alembic_isolated(item, self.frames, self.log)
+            for item in self.items:
+                if item.memo:
+                    install.resume(item.obj, item.memo)
+                    item.memo = {}
+            for item in self.items:
+                item.stash = _Stash(item.obj)
+            for item in self.items:
+                self._swap(item)
         except BaseException:
+            self._roll_back()
             self.abort()
             raise
         for item in self.items:
-            self._swap(item)
+            item.stash.commit()
+            item.stash = None
+            if item.keep:
+                _unlink_quietly(item.keep)
         self.done = True
         self._restore_frame()
+        blend = _blend_path()
+        _claim([i.abs_path for i in self.items if i.abs_path], blend)
         if self.log is not None:
             self.log(f"Drape bake done: {len(self.items)} object(s), frames "
-                     f"{self.frame_start}..{self.frame_end}, {self.ms_per_frame():.1f} ms/frame")
+                     f"{self.frame_start}..{self.frame_end}, {self.ms_per_frame():.1f} ms/frame, "
+                     f"{format_duration(self.elapsed())}")
+
+    def _roll_back(self):
+        """Undoes the swaps done so far (last first) and puts back the cache
+        files they wrote over."""
+        for item in reversed(self.items):
+            if item.stash is not None:
+                try:
+                    item.stash.restore()
+                except Exception as exc:  # noqa: BLE001 - restore the others all the same
+                    print(f"Drape: could not fully restore '{item.name}': {describe(exc)}")
+                item.stash = None
+            if item.keep:
+                try:
+                    os.replace(item.keep, item.abs_path)
+                except OSError as exc:
+                    print(f"Drape: could not put back {item.abs_path} (kept as {item.keep}): {exc}")
+            elif item.committed:
+                _unlink_quietly(item.abs_path)
+            item.keep, item.committed = "", False
+
+    def _keep_old_file(self, item):
+        """A hard link to the file the bake writes over, so a failed swap can
+        put it back; no link (a file system without them): a renamed copy."""
+        if not os.path.isfile(item.abs_path):
+            return
+        keep = f"{item.abs_path}.keep-{os.getpid()}"
+        _unlink_quietly(keep)
+        try:
+            os.link(item.abs_path, keep)
+        except OSError:
+            import shutil
+
+            shutil.copy2(item.abs_path, keep)
+        item.keep = keep
 
     def _swap(self, item):
         obj = item.obj
-        if item.memo:
-            install.resume(obj, item.memo)
-        old_file = obj.drape_bake.baked_filepath
-        old_abs = install.abspath(old_file) if old_file else ""
         install.free(obj)
-        if old_abs and old_abs != item.abs_path and os.path.isfile(old_abs):
-            os.unlink(old_abs)
         if item.target == 'SHAPE_KEYS':
             samples = self._samples(item)
             install.install_shape_keys(obj, self.frames, samples)
             del samples  # unmapped before the file goes (Windows refuses otherwise)
             item.writer.discard()
         elif item.target == 'PC2':
+            self._keep_old_file(item)
             item.writer.commit()
+            item.committed = True
             install.install_pc2(obj, item.filepath, self.frame_start, self.frame_end, item.vertices)
         else:
             item.writer.discard()
+            self._keep_old_file(item)
             os.replace(item.alembic_tmp, item.abs_path)
+            item.committed = True
             install.install_alembic(obj, item.filepath, item.object_path, self.frame_start,
                                     self.frame_end, item.vertices)
 
@@ -301,7 +877,7 @@ class BakeJob:
             if item.writer is not None:
                 item.writer.discard()
             if item.alembic_tmp and os.path.exists(item.alembic_tmp):
-                os.unlink(item.alembic_tmp)
+                _unlink_quietly(item.alembic_tmp)
 
     def abort(self):
         """Drops everything captured and puts the old bakes and the frame back."""
@@ -325,6 +901,15 @@ class BakeJob:
             self.scene.frame_set(frame, subframe=sub)
 
 
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        print(f"Drape: could not remove {path}: {exc.strerror or exc}")
+
+
 TARGETS_SET = frozenset(TARGET_IDS)
 
 
@@ -341,16 +926,6 @@ def frame_range(scene, obj=None, use_scene_range=None, frame_start=None, frame_e
 
 
 def run_blocking(scene, objects, frame_start, frame_end, target=None, folder=None, log=print):
-    """Bakes in one go (background mode, headless tool). Raises BakeError;
-    on any failure everything is as before."""
-    job = BakeJob(scene, objects, frame_start, frame_end, target=target, folder=folder, log=log)
-    job.validate()
-    job.begin()
-    try:
-        while not job.step():
-            pass
-    except BaseException:
-        job.abort()
-        raise
-    job.finish()
-    return job
+    """Bakes in one go (background mode, headless tool). Raises BakeError
+    (or whatever failed); on any failure everything is as before."""
+    return BakeJob(scene, objects, frame_start, frame_end, target=target, folder=folder, log=log).run()

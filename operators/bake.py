@@ -1,14 +1,18 @@
-"""``drape.bake`` and ``drape.bake_free``.
+"""``drape.bake``, ``drape.bake_free`` and ``drape.cache_cleanup``.
 
 In the UI the bake is modal: a timer drives one frame per tick so Blender
 stays responsive, the window manager's progress bar and the status bar show
 frame, ms per frame and time left, Esc cancels. In background mode
 (``blender -b``, the bpy module) it blocks and prints progress lines. Either
 way a cancelled or failed bake leaves the scene and any earlier bake as they
-were (see ``bake.job``).
+were (see ``bake.job``), whatever the failure; one that is not Drape's own
+error (a changed Blender API, a bug) is reported with its type and its
+traceback printed.
 """
 
+import os
 import time
+import traceback
 
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
@@ -68,9 +72,13 @@ class DRAPE_OT_bake(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         if context.scene is None:
+            cls.poll_message_set("No scene")
             return False
         obj = context.active_object
-        return bakeable(obj) or any(bakeable(o) for o in context.scene.objects)
+        if bakeable(obj) or any(bakeable(o) for o in context.scene.objects):
+            return True
+        cls.poll_message_set("No Drape cloth in the scene to bake: add one with Add Cloth")
+        return False
 
     def _make_job(self, context):
         objects = chosen_objects(context, self.objects)
@@ -91,21 +99,17 @@ class DRAPE_OT_bake(bpy.types.Operator):
 
     def execute(self, context):
         try:
-            job = self._make_job(context)
-            job.validate()
-            job.begin()
-            try:
-                while not job.step():
-                    pass
-            except BaseException:
-                job.abort()
-                raise
-            job.finish()
-        except bake_job.BakeError as exc:
-            self.report({'ERROR'}, f"Bake failed, nothing changed: {exc}")
+            job = self._make_job(context).run()
+        except Exception as exc:  # noqa: BLE001 - any failure is rolled back and reported
+            self._report_failure(exc)
             return {'CANCELLED'}
         self.report({'INFO'}, self._done_text(job))
         return {'FINISHED'}
+
+    def _report_failure(self, exc):
+        if not isinstance(exc, bake_job.BakeError):
+            traceback.print_exc()
+        self.report({'ERROR'}, f"Bake failed, nothing changed: {bake_job.describe(exc)}")
 
     def invoke(self, context, event):
         if context.window is None:  # background mode (blender -b, the bpy module): block
@@ -114,14 +118,14 @@ class DRAPE_OT_bake(bpy.types.Operator):
             self._job = self._make_job(context)
             self._job.validate()
             self._job.begin()
-        except bake_job.BakeError as exc:
-            self.report({'ERROR'}, f"Bake failed, nothing changed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - any failure is rolled back and reported
+            self._report_failure(exc)
             return {'CANCELLED'}
         wm = context.window_manager
         self._timer = wm.event_timer_add(0.001, window=context.window)
         wm.modal_handler_add(self)
         wm.progress_begin(0, self._job.total)
-        self._status(context, "Drape bake: starting (Esc cancels)")
+        self._status(context, self._job.starting_text() + "  (Esc cancels)")
         return {'RUNNING_MODAL'}
 
     def modal(self, context, event):
@@ -136,16 +140,21 @@ class DRAPE_OT_bake(bpy.types.Operator):
         try:
             t_end = time.perf_counter() + _TICK_BUDGET_MS / 1e3
             done = job.step()
-            while not done and time.perf_counter() < t_end:
+            # A frame that may compile the solver freezes Blender for minutes:
+            # the status says so before it starts (shown while this tick returns).
+            while not done and time.perf_counter() < t_end and not job.may_compile():
                 done = job.step()
             context.window_manager.progress_update(job.index)
-            self._status(context, job.progress_text() + "  (Esc cancels)")
+            if not done and job.may_compile():
+                self._status(context, job.starting_text() + "  (Esc cancels)")
+            else:
+                self._status(context, job.progress_text() + "  (Esc cancels)")
             if done:
                 job.finish()
-        except bake_job.BakeError as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure is rolled back and reported
             job.abort()
             self._cleanup(context)
-            self.report({'ERROR'}, f"Bake failed, nothing changed: {exc}")
+            self._report_failure(exc)
             return {'CANCELLED'}
         except BaseException:
             job.abort()
@@ -194,7 +203,13 @@ class DRAPE_OT_bake_free(bpy.types.Operator):
     @classmethod
     def poll(cls, context):
         obj = context.active_object
-        return obj is not None and hasattr(obj, "drape_bake") and bool(obj.drape_bake.baked_target)
+        if obj is None:
+            cls.poll_message_set("No active object: select the baked cloth")
+            return False
+        if not hasattr(obj, "drape_bake") or not obj.drape_bake.baked_target:
+            cls.poll_message_set(f"'{obj.name}' has no Drape bake to free")
+            return False
+        return True
 
     def execute(self, context):
         if self.objects == 'ACTIVE':
@@ -207,11 +222,83 @@ class DRAPE_OT_bake_free(bpy.types.Operator):
         if not objects:
             self.report({'WARNING'}, "No baked Drape object to free")
             return {'CANCELLED'}
+        kept = []
         for obj in objects:
-            install.free(obj, delete_files=self.delete_files)
+            delete = self.delete_files
+            path = obj.drape_bake.baked_filepath
+            if delete and path:
+                others = bake_job.other_users(install.abspath(path))
+                if others:
+                    # Another .blend plays the file: deleting it would break that shot.
+                    delete = False
+                    kept.append(f"{path} (played by {', '.join(os.path.basename(b) for b in others)})")
+            install.free(obj, delete_files=delete)
         self.report({'INFO'}, "Freed the bake of " + ", ".join(o.name for o in objects)
                     + ": live simulation is back on")
+        if kept:
+            self.report({'WARNING'}, "Kept " + "; ".join(kept))
         return {'FINISHED'}
 
 
-classes = (DRAPE_OT_bake, DRAPE_OT_bake_free)
+def _cleanup_folder(context, folder):
+    if folder:
+        return install.abspath(folder)
+    obj = context.active_object
+    st = getattr(obj, "drape_bake", None) if obj is not None else None
+    path = st.baked_filepath if st is not None and st.baked_filepath else ""
+    if path:
+        return os.path.dirname(install.abspath(path))
+    folder = st.folder if st is not None else "//drape_cache/"
+    if folder.startswith("//") and not bpy.data.filepath:
+        return ""
+    return install.abspath(folder or "//drape_cache/")
+
+
+class DRAPE_OT_cache_cleanup(bpy.types.Operator):
+    """Delete the cache files in the cache folder that Drape baked and that no .blend it knows of plays any more"""
+
+    bl_idname = "drape.cache_cleanup"
+    bl_label = "Clean Up Cache Folder"
+    bl_options = {'REGISTER'}
+
+    folder: StringProperty(name="Cache folder", default="", subtype='DIR_PATH',
+                           description="Folder to clean up; empty: the active object's cache folder")
+
+    @classmethod
+    def poll(cls, context):
+        folder = _cleanup_folder(context, "")
+        if not folder or not os.path.isdir(folder):
+            cls.poll_message_set("No cache folder yet: nothing was baked there")
+            return False
+        return True
+
+    def invoke(self, context, event):
+        folder = _cleanup_folder(context, self.folder)
+        unused = bake_job.unused_caches(folder) if folder else []
+        if not unused:
+            self.report({'INFO'}, f"No unused cache files in {folder}")
+            return {'CANCELLED'}
+        self._unused = unused
+        return context.window_manager.invoke_props_dialog(self, width=420)
+
+    def draw(self, context):
+        layout = self.layout
+        layout.label(text="Delete these cache files (no known .blend plays them)?")
+        for path in getattr(self, "_unused", [])[:12]:
+            layout.label(text=os.path.basename(path), icon='FILE')
+
+    def execute(self, context):
+        folder = _cleanup_folder(context, self.folder)
+        if not folder or not os.path.isdir(folder):
+            self.report({'WARNING'}, f"No cache folder {folder or '(the .blend is not saved)'}")
+            return {'CANCELLED'}
+        gone = bake_job.delete_unused_caches(folder)
+        if not gone:
+            self.report({'INFO'}, f"No unused cache files in {folder}")
+            return {'CANCELLED'}
+        self.report({'INFO'}, f"Deleted {len(gone)} unused cache file(s) from {folder}: "
+                    + ", ".join(os.path.basename(p) for p in gone))
+        return {'FINISHED'}
+
+
+classes = (DRAPE_OT_bake, DRAPE_OT_bake_free, DRAPE_OT_cache_cleanup)

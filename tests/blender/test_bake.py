@@ -163,6 +163,11 @@ def shot(empty_scene, tmp_path, source_guard):
     return dict(scene=scene, objs=objs, src=src, path=path, cache=tmp_path / "drape_cache")
 
 
+def cache_listing(folder):
+    """The cache files in ``folder``, without Drape's registry of who plays them."""
+    return sorted(n for n in os.listdir(folder) if n != bake_job.REGISTRY_NAME)
+
+
 def bake_all(scene, frame_start=1, frame_end=24, **kw):
     return bake_job.run_blocking(scene, [o for o in scene.objects if o.type == 'MESH'],
                                  frame_start, frame_end, log=None, **kw)
@@ -188,8 +193,10 @@ def test_each_target_plays_back_in_a_fresh_blender(shot, tmp_path):
         assert (st.baked_frame_start, st.baked_frame_end) == (1, 24)
     assert objs['PC2'].drape_bake.baked_filepath == "//drape_cache/ClothPC2.pc2"
     assert objs['ALEMBIC'].drape_bake.baked_filepath == "//drape_cache/ClothABC.abc"
-    assert sorted(os.listdir(shot["cache"])) == ["ClothABC.abc", "ClothPC2.pc2"]
+    assert cache_listing(shot["cache"]) == ["ClothABC.abc", "ClothPC2.pc2"]
     bpy.ops.wm.save_mainfile()
+    users = bake_job.read_users(str(shot["cache"]))
+    assert users == {"ClothABC.abc": [str(shot["path"])], "ClothPC2.pc2": [str(shot["path"])]}
 
     request = {o.name: list(FRAMES) for o in objs.values()}
     positions, modifiers = evaluate_in_fresh_blender(shot["path"], request, tmp_path / "eval")
@@ -444,9 +451,11 @@ def test_rebake_replaces_the_old_bake(shot):
     assert (shot["cache"] / "ClothPC2.pc2").read_bytes() != first
     scene.frame_set(9)
     np.testing.assert_allclose(evaluated_co(obj), src2.expected(obj.name, 9), atol=ATOL, rtol=0)
-    # To another target: the PC2 modifier and file go, keys come.
+    # To another target: the PC2 modifier goes, keys come; the file stays
+    # (the saved shot.blend may still play it).
+    second = (shot["cache"] / "ClothPC2.pc2").read_bytes()
     bake_job.run_blocking(scene, [obj], 1, 24, target='SHAPE_KEYS', log=None)
-    assert len(obj.modifiers) == 0 and not (shot["cache"] / "ClothPC2.pc2").exists()
+    assert len(obj.modifiers) == 0 and (shot["cache"] / "ClothPC2.pc2").read_bytes() == second
     assert obj.drape_bake.baked_target == 'SHAPE_KEYS'
     np.testing.assert_allclose(evaluated_co(obj), src2.expected(obj.name, 9), atol=ATOL, rtol=0)
 
@@ -665,7 +674,7 @@ def test_alembic_rebake_reads_the_new_file(shot):
     assert len(bpy.data.cache_files) == 1, "the old CacheFile datablock is removed"
     scene.frame_set(11)
     np.testing.assert_allclose(evaluated_co(obj), src2.expected(obj.name, 11), atol=ATOL, rtol=0)
-    assert sorted(os.listdir(shot["cache"])) == ["ClothABC.abc"]
+    assert cache_listing(shot["cache"]) == ["ClothABC.abc"]
 
 
 @pytest.mark.slow
@@ -776,7 +785,7 @@ def test_operator_bakes_the_active_or_the_selected_objects(shot):
     assert bpy.ops.drape.bake(objects='SELECTED', target='PC2', frame_range='CUSTOM',
                               frame_start=2, frame_end=6) == {'FINISHED'}
     assert [o.drape_bake.baked_target for o in objs.values()] == ["", 'PC2', 'PC2']
-    assert sorted(os.listdir(shot["cache"])) == ["ClothABC.pc2", "ClothPC2.pc2"]
+    assert cache_listing(shot["cache"]) == ["ClothABC.pc2", "ClothPC2.pc2"]
     # The active object, its own target and (scene) range.
     assert bpy.ops.drape.bake(objects='ACTIVE') == {'FINISHED'}
     st = objs['SHAPE_KEYS'].drape_bake
