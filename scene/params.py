@@ -80,13 +80,10 @@ def _rna_name(settings, prop):
 
 def labels(settings):
     """{property read: its label as the artist sees it}: the property's own
-    name, qualified by its sub-panel where two settings show the same name
-    (Stiffness > Stretch, Damping > Stretch)."""
-    names = [_rna_name(settings, shown) for _, shown, _, _, _ in _CHECKED]
-    out = {}
-    for (prop, _shown, panel, _lo, _strict), name in zip(_CHECKED, names):
-        out[prop] = f"{panel} > {name}" if panel and names.count(name) > 1 else name
-    return out
+    name, after the sub-panel it sits in, which says where to look and tells
+    apart the settings of one name (Stiffness > Stretch, Damping > Stretch)."""
+    return {prop: f"{panel} > {_rna_name(settings, shown)}" if panel else _rna_name(settings, shown)
+            for prop, shown, panel, _lo, _strict in _CHECKED}
 
 
 def label(settings, prop):

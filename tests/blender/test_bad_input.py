@@ -57,13 +57,19 @@ def test_non_mesh_object(empty_scene):
     bpy.ops.curve.primitive_bezier_curve_add()
     curve = bpy.context.active_object
     curve.name = "Rope"
-    expect_refusal(curve, "curve", "not a mesh")
+    expect_refusal(curve, "'Rope' is a curve, not a mesh")
 
 
 def test_empty_object(empty_scene):
     bpy.ops.object.empty_add()
     empty = bpy.context.active_object
-    expect_refusal(empty, "not a mesh")
+    expect_refusal(empty, f"'{empty.name}' is an empty, not a mesh")
+
+
+def test_armature_object(empty_scene):
+    bpy.ops.object.armature_add()
+    arm = bpy.context.active_object
+    expect_refusal(arm, f"'{arm.name}' is an armature, not a mesh")
 
 
 def test_mesh_without_faces(empty_scene):
@@ -92,6 +98,14 @@ def test_duplicate_vertices(empty_scene):
     obj = mesh_object("Doubles", [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (1, 0, 0), (2, 0, 0), (2, 1, 0)],
                       faces=[(0, 1, 2, 3), (4, 5, 6, 2)])
     expect_refusal(obj, "duplicate vertices", "merge")
+
+
+def test_nan_vertex_coordinate(empty_scene):
+    obj = grid_object("Torn", n=10)
+    obj.data.vertices[3].co.x = float("nan")
+    obj.data.vertices[40].co.z = float("nan")
+    message = expect_refusal(obj, "'Torn': 2 vertices have a NaN coordinate")
+    assert "duplicate" not in message, message  # NaN compares unequal to everything, itself included
 
 
 def test_missing_pin_group(empty_scene):
