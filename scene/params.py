@@ -141,11 +141,47 @@ def check_settings(objs, scene):
                               setting="Frame Rate", retry=True)
 
 
-def solver_message(obj, exc):
+# A step blows up rarely from a value inside the slider's range; a value this
+# many times past the slider's end is named as the likely cause.
+_FAR = 100.0
+
+
+def unusual_settings(objs):
+    """``'Label at value (its slider ends at N)'`` for each setting of ``objs``
+    (the first gives the solver settings) far past its slider's range: the
+    likely cause when a step produces NaN."""
+    out = []
+    for i, obj in enumerate(objs):
+        settings = obj.drape
+        for prop, shown, panel, _lo, _strict in _CHECKED:
+            if i and prop not in _PER_MEMBER:
+                continue
+            rna = settings.bl_rna.properties.get(shown)
+            value = float(getattr(settings, shown))
+            if rna is None or not math.isfinite(value):
+                continue
+            top = max(abs(rna.soft_max), abs(rna.soft_min))
+            if top > 0.0 and abs(value) > _FAR * top:
+                name = label(settings, prop)
+                whose = f"'{obj.name}' " if i else ""
+                out.append(f"{whose}{name} at {value:g} (its slider ends at {rna.soft_max:g})")
+    return out
+
+
+def solver_message(obj, exc, objs=None):
     """The text of a solver error (SolverError names its fields and arrays)
-    in the artist's words, with the object's name in front."""
+    in the artist's words, with the object's name in front. A step that blew
+    up names the settings of ``objs`` (default: ``obj``) far outside their
+    usual range."""
     text = str(exc)
     settings = obj.drape
+    blown = re.match(r"the step produced NaN/Inf at (\d+) vertices", text)
+    if blown is not None:
+        suspects = unusual_settings(objs or [obj])
+        cause = ("likely from " + ", ".join(suspects)) if suspects else \
+            "check for extreme stiffness, masses or collider motion"
+        return (f"'{obj.name}': the simulation produced NaN/Inf at {blown.group(1)} vertices, {cause}; "
+                f"go to the start frame to reset it")
     match = re.match(r"ClothParams\.(\w+)\s+(.*)", text)
     if match is None:
         match = re.match(r"(areal_density)\s+(.*)", text)

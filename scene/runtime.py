@@ -567,7 +567,7 @@ def _advance(sim, objs, scene, depsgraph, frame):
         try:
             solver.step(sim.model, sim.state, inputs, dt, prm)
         except solver.SolverError as exc:
-            raise DrapeInputError(params.solver_message(objs[0], exc), name=objs[0].name) from exc
+            raise DrapeInputError(params.solver_message(objs[0], exc, objs), name=objs[0].name) from exc
         step_ms += (time.perf_counter() - t) * 1e3
         sim.steps += 1
     sim.prev_colliders = col_end
@@ -587,10 +587,11 @@ def update_sim(objs, scene, depsgraph, taken=None):
     lead = objs[0]
     sim = _registry.get(lead.drape.uid)
     start = scene.frame_start
-    if sim is not None and sim.error and not sim.retry and frame != start and sim.key == _sim_key(objs):
+    key = _sim_key(objs)
+    if sim is not None and sim.error and not sim.retry and frame != start and sim.key == key:
         return sim  # a failed cloth retries from the start frame, or when what it is built from changes
     params.check_settings(objs, scene)  # a bad setting is reported before anything changes
-    if sim is not None and (sim.model is None or sim.key != _sim_key(objs) or (sim.error and not sim.retry)):
+    if sim is not None and (sim.model is None or sim.key != key or (sim.error and not sim.retry)):
         sim = None  # never built, topology, a rest-state setting or the group changed, or failed
     if sim is not None:
         sim.error, sim.retry = None, False  # raised again below while it stands

@@ -392,3 +392,27 @@ def test_every_label_is_where_the_panel_draws_it(empty_scene):
         assert text.split(" > ")[-1] == rna[shown_prop].name, text
         assert text.split(" > ")[0] == panel if panel else " > " not in text, text
         assert f'"{shown_prop}"' in inspect.getsource(draws[panel]), f"{shown_prop} is not drawn in '{panel}'"
+
+
+def test_a_step_that_blows_up_names_the_setting_far_outside_its_range(empty_scene, capsys):
+    """A finite value far past the slider (a value typed with a wrong exponent) passes
+    the checks and blows the step up; the message names it and the cloth
+    waits for the start frame."""
+    scene = empty_scene
+    bpy.ops.mesh.primitive_plane_add(size=4.0, location=(0, 0, 0.2))
+    bpy.ops.drape.collider_add(type='PLANE')
+    obj, _ = sheet("Cloth")
+    play(scene, range(1, 3))
+    capsys.readouterr()
+    obj.drape.thickness = 1e38
+    play(scene, range(3, 7))
+    [message] = messages(obj)
+    assert message.startswith("'Cloth': the simulation produced NaN/Inf at "), message
+    assert "likely from Collisions > Thickness at 1e+38 (its slider ends at 0.05)" in message, message
+    assert message.endswith("go to the start frame to reset it"), message
+    assert printed(capsys, message) == 1
+    obj.drape.thickness = 0.005
+    scene.frame_set(7)
+    assert messages(obj) == [message], "the state is spoilt: it waits for the start frame"
+    play(scene, range(1, 4))
+    assert messages(obj) == [] and np.isfinite(runtime.dense_positions_local(obj)).all()
