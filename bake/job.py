@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import bpy
 import numpy as np
@@ -434,7 +434,6 @@ class _Item:
     filepath: str = ""        # as stored in Blender ('//' relative when asked)
     abs_path: str = ""
     writer: object = None     # PC2Writer: every target streams its frames to a temporary PC2
-    memo: dict = field(default_factory=dict)
     alembic_tmp: str = ""
     object_path: str = ""
     note: str = ""            # why the file has another name than the object's
@@ -444,11 +443,13 @@ class _Item:
 
 
 class _Stash:
-    """What the swap may change on one object, kept aside until every
+    """What a bake may change on one object, kept from ``begin`` until every
     object's swap succeeded: the mesh with its shape keys and attributes (a
-    copy), the action of its shape keys (a copy), the old bake's modifier
-    (renamed aside, so its cache file datablock keeps its user), every
-    modifier's visibility and the bake settings."""
+    copy), the action of its shape keys (a copy), every modifier's
+    visibility and the bake settings; at the swap, the old bake's modifier
+    (renamed aside, so its cache file datablock keeps its user). Restoring
+    uses only plain bpy calls, none of the bake's own helpers, so it holds
+    when one of those is what failed."""
 
     ASIDE = " (previous)"
 
@@ -462,6 +463,8 @@ class _Stash:
         self.action_uids = {a.session_uid for a in bpy.data.actions}
         keys = obj.data.shape_keys
         self.key_name = keys.name if keys is not None else None
+        self.layout = _mesh_layout(obj.data)
+        self.key_states = [(kb.mute, kb.value) for kb in keys.key_blocks] if keys is not None else []
         anim = keys.animation_data if keys is not None else None
         self.action = None  # (name, session_uid, copy)
         if anim is not None and anim.action is not None:
@@ -473,8 +476,13 @@ class _Stash:
             # bake's action alive and the new one would get another name.
             # Re-assigned on restore, Blender picks the same slot by its name.
             backup_anim.action = None
+        self.had_modifier = obj.modifiers.get(install.MODIFIER_NAME) is not None
         self.modifier = None
-        old = obj.modifiers.get(install.MODIFIER_NAME)
+        self.swapped = False  # the swap began: keys, actions, attributes may have changed
+
+    def set_aside(self):
+        """Renames the old bake's modifier out of the swap's way."""
+        old = self.obj.modifiers.get(install.MODIFIER_NAME)
         if old is not None:
             old.name = install.MODIFIER_NAME + self.ASIDE
             self.modifier = old.name
@@ -490,12 +498,27 @@ class _Stash:
         if self.action is not None:
             bpy.data.actions.remove(self.action[2])
 
+    def discard(self):
+        """The object is gone: only the copies go."""
+        bpy.data.meshes.remove(self.mesh)
+        if self.action is not None:
+            bpy.data.actions.remove(self.action[2])
+
     def restore(self):
-        """The swap failed: put the object back exactly as it was."""
+        """The bake failed or was cancelled: put the object back exactly as
+        it was. While the shape keys and attributes are still the same ones
+        (a cancel, a failure before the swap) they are set back in place, so
+        the mesh stays the same datablock; once the swap began the copies
+        take the place of the mesh and the action."""
         obj = self.obj
+        try:
+            obj.name
+        except ReferenceError:  # deleted during the bake
+            self.discard()
+            return
         mod = obj.modifiers.get(install.MODIFIER_NAME)
-        if mod is not None:
-            _remove_modifier(obj, mod)
+        if mod is not None and (self.modifier is not None or not self.had_modifier):
+            _remove_modifier(obj, mod)  # the new bake's (the old one is aside, or there was none)
         if self.modifier is not None:
             old = obj.modifiers.get(self.modifier)
             if old is not None:
@@ -504,17 +527,27 @@ class _Stash:
             m = obj.modifiers.get(name)
             if m is not None:
                 m.show_viewport, m.show_render = show_viewport, show_render
-        broken = obj.data
-        broken.user_remap(self.mesh)
-        bpy.data.meshes.remove(broken)
-        self.mesh.name = self.mesh_name
-        if self.key_name is not None and self.mesh.shape_keys is not None:
-            self.mesh.shape_keys.name = self.key_name
+        mesh = obj.data
         copy = self.action[2] if self.action is not None else None
+        in_place = not self.swapped and _mesh_layout(mesh) == self.layout
+        if in_place:
+            keys = mesh.shape_keys
+            for kb, (mute, value) in zip(keys.key_blocks if keys is not None else (), self.key_states):
+                if kb.mute != mute:
+                    kb.mute = mute
+                if kb.value != value:
+                    kb.value = value
+            self.discard()
+        else:
+            mesh.user_remap(self.mesh)
+            bpy.data.meshes.remove(mesh)
+            self.mesh.name = self.mesh_name
+            if self.key_name is not None and self.mesh.shape_keys is not None:
+                self.mesh.shape_keys.name = self.key_name
         for action in list(bpy.data.actions):
             if action.session_uid not in self.action_uids and action != copy and action.users == 0:
                 bpy.data.actions.remove(action)
-        if self.action is not None:
+        if self.action is not None and not in_place:
             name, uid, copy = self.action
             changed = next((a for a in bpy.data.actions if a.session_uid == uid), None)
             if changed is not None:
@@ -526,6 +559,15 @@ class _Stash:
         for key, value in self.settings.items():
             if getattr(st, key) != value:
                 setattr(st, key, value)
+
+
+def _mesh_layout(mesh):
+    """What a bake adds or removes on a mesh: its name, its shape keys (by
+    name, in order) and its attributes."""
+    keys = mesh.shape_keys
+    return (mesh.name, keys.name if keys is not None else None,
+            tuple(kb.name for kb in keys.key_blocks) if keys is not None else (),
+            tuple(sorted(a.name for a in mesh.attributes)))
 
 
 def _remove_modifier(obj, mod):
@@ -637,6 +679,8 @@ class BakeJob:
             self.validate()
         try:
             for item in self.items:
+                item.stash = _Stash(item.obj)
+            for item in self.items:
                 if item.note and self.log is not None:
                     self.log(item.note)
                 item.writer = self._open_writer(item)
@@ -645,7 +689,9 @@ class BakeJob:
             for item in self.items:
                 st = item.obj.drape_bake
                 if st.baked or st.baked_target or item.obj.modifiers.get(install.MODIFIER_NAME):
-                    item.memo = install.suspend(item.obj)
+                    # The old bake is hidden so the live simulation runs; the
+                    # stash puts it back on abort.
+                    install.suspend(item.obj)
         except BaseException:
             self.abort()
             raise
@@ -787,15 +833,10 @@ class BakeJob:
                 if item.target == 'ALEMBIC':
                     item.object_path = export_alembic_isolated(item, self.frames, self.log)
             for item in self.items:
-                if item.memo:
-                    install.resume(item.obj, item.memo)
-                    item.memo = {}
-            for item in self.items:
-                item.stash = _Stash(item.obj)
+                item.stash.set_aside()
             for item in self.items:
                 self._swap(item)
         except BaseException:
-            self._roll_back()
             self.abort()
             raise
         for item in self.items:
@@ -813,12 +854,14 @@ class BakeJob:
                      f"{format_duration(self.elapsed())}")
 
     def _roll_back(self):
-        """Undoes the swaps done so far (last first) and puts back the cache
-        files they wrote over."""
+        """Puts every object back as it was before ``begin`` (last first) and
+        the cache files the swaps wrote over."""
         for item in reversed(self.items):
             if item.stash is not None:
                 try:
                     item.stash.restore()
+                except ReferenceError:  # the object was deleted during the bake
+                    pass
                 except Exception as exc:  # noqa: BLE001 - restore the others all the same
                     print(f"Drape: could not fully restore '{item.name}': {describe(exc)}")
                 item.stash = None
@@ -848,6 +891,7 @@ class BakeJob:
 
     def _swap(self, item):
         obj = item.obj
+        item.stash.swapped = True
         install.free(obj)
         if item.target == 'SHAPE_KEYS':
             samples = self._samples(item)
@@ -880,15 +924,10 @@ class BakeJob:
                 _unlink_quietly(item.alembic_tmp)
 
     def abort(self):
-        """Drops everything captured and puts the old bakes and the frame back."""
+        """Drops everything captured and puts the objects, the old bakes,
+        their files and the frame back."""
+        self._roll_back()
         self._drop()
-        for item in self.items:
-            if item.memo:
-                try:
-                    install.resume(item.obj, item.memo)
-                except ReferenceError:
-                    pass
-                item.memo = {}
         self._restore_frame()
 
     def _restore_frame(self):
