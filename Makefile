@@ -7,7 +7,7 @@ VENV_PY := .venv/bin/python
 BLENDER ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast demo bench extension clean
+.PHONY: venv test test-fast test-blenders demo bench extension clean
 .DEFAULT_GOAL := test
 
 venv:
@@ -23,6 +23,13 @@ endif
 # Everything except the scenario tests marked slow.
 test-fast: venv
 	$(VENV_PY) -m pytest -p no:pytest-blender -m "not slow" $(PYTEST_ARGS)
+
+# The linux-x64 zip installed through Blender's own installer into every supported
+# Blender (requirements/blender-*.txt, one venv each under .venvs/), where
+# tests/installed/scenario.py uses it end to end. `make test-blenders LINES=4.2,5.3`
+# picks some lines.
+test-blenders: venv
+	$(VENV_PY) tools/test_blenders.py $(if $(LINES),--lines $(LINES))
 
 demo: venv
 	$(VENV_PY) tools/demo.py
