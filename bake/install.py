@@ -10,6 +10,8 @@ import os
 import bpy
 import numpy as np
 
+from ..scene import compat
+
 MODIFIER_NAME = "Drape Bake"
 KEY_PREFIX = "drape_"
 ACTION_PREFIX = "DrapeBake_"
@@ -150,13 +152,10 @@ def free(obj, delete_files=False):
     keys = obj.data.shape_keys
     if keys is not None:
         anim = keys.animation_data
-        if anim is not None and anim.action is not None and anim.action_slot is not None:
-            from bpy_extras import anim_utils
-
-            bag = anim_utils.action_get_channelbag_for_slot(anim.action, anim.action_slot)
-            if bag is not None:
-                for fc in [fc for fc in bag.fcurves if fc.data_path.startswith(f'key_blocks["{KEY_PREFIX}')]:
-                    bag.fcurves.remove(fc)
+        fcurves = compat.animation_fcurves(anim)
+        if fcurves is not None:
+            for fc in [fc for fc in fcurves if fc.data_path.startswith(f'key_blocks["{KEY_PREFIX}')]:
+                fcurves.remove(fc)
         if st.baked_action:
             action = bpy.data.actions.get(st.baked_action)
             if anim is not None and action is not None and anim.action == action:
@@ -211,7 +210,7 @@ def add_frame_keys(obj, frames, positions):
     for frame, pos in zip(frames, positions):
         kb = obj.shape_key_add(name=key_name(frame), from_mix=False)
         # ShapeKey.points takes the raw-array fast path (data does not: ~100x slower).
-        getattr(kb, "points", kb.data).foreach_set("co", np.ascontiguousarray(pos, dtype=np.float32).ravel())
+        kb.points.foreach_set("co", np.ascontiguousarray(pos, dtype=np.float32).ravel())
         kb.value = 0.0
         keys.append(kb)
     shape_keys = mesh.shape_keys
@@ -223,11 +222,7 @@ def add_frame_keys(obj, frames, positions):
         st.baked_action = action.name
     else:  # the artist animates shape keys already: add our channels to that action
         st.baked_action = ""
-    if anim.action_slot is None:
-        anim.action_slot = action.slots.new(id_type='KEY', name=obj.name)
-    from bpy_extras import anim_utils
-
-    bag = anim_utils.action_ensure_channelbag_for_slot(action, anim.action_slot)
+    fcurves = compat.animation_fcurves(anim, ensure=True)
     linear = bpy.types.Keyframe.bl_rna.properties["interpolation"].enum_items["LINEAR"].value
     last = len(keys) - 1
     for i, (frame, kb) in enumerate(zip(frames, keys)):
@@ -236,7 +231,7 @@ def add_frame_keys(obj, frames, positions):
             points.pop()
         if i == 0:
             points.pop(0)
-        fc = bag.fcurves.new(f'key_blocks["{kb.name}"].value')
+        fc = fcurves.new(f'key_blocks["{kb.name}"].value')
         fc.keyframe_points.add(len(points))
         fc.keyframe_points.foreach_set("co", np.asarray(points, dtype=np.float32).ravel())
         fc.keyframe_points.foreach_set("interpolation", [linear] * len(points))
@@ -276,7 +271,7 @@ def install_pc2(obj, filepath, start, end, vertices):
     mod.frame_scale = 1.0
     mod.forward_axis = 'POS_Y'
     mod.up_axis = 'POS_Z'
-    mod.flip_axis = (False, False, False)
+    compat.mesh_cache_flip_set(mod, (False, False, False))
     mod.factor = 1.0
     _place(obj, mod, insertion_index(obj))
     _record(obj, 'PC2', start, end, vertices, filepath)

@@ -4,10 +4,28 @@ One function per difference; each says which versions take which branch and
 decides by feature (what the API offers), not by version number, so a future
 Blender that keeps an API keeps working. Nothing else in Drape tests
 ``bpy.app.version`` or probes for an attribute that only some versions have.
+
+A Blender newer than :data:`NEWEST_TESTED` may have changed an API Drape
+uses without any branch here knowing it: :func:`failure_message` turns the
+first such failure into one line naming the version, which the panel shows
+(:func:`incompatibility`) and the frame handler prints once, instead of a
+traceback per frame.
 """
 
 import bpy
 
+#: The newest Blender line (major, minor) Drape was tested with.
+NEWEST_TESTED = (5, 3)
+OLDEST_SUPPORTED = (4, 2)
+
+# The errors an API that changed under Drape raises: an attribute, argument,
+# enum item or collection key it names is gone, or a value has another type.
+_API_ERRORS = (AttributeError, TypeError, KeyError)
+
+_incompatibility = None
+
+
+# --- Geometry Nodes modifier inputs ------------------------------------------
 
 def _modifier_inputs(mod):
     """Blender 5.2+: a Geometry Nodes modifier's inputs are RNA structs under
@@ -34,3 +52,105 @@ def modifier_input_set(mod, identifier, value):
         getattr(inputs, identifier).value = value
     else:
         mod[identifier] = value
+
+
+# --- F-Curves of an animated ID ----------------------------------------------
+
+def animation_fcurves(anim, ensure=False):
+    """The F-Curve collection (``new(data_path)``, ``remove(fcurve)``,
+    iteration) through which ``anim``'s assigned action animates its ID, or
+    None when there is none (no action; no slot or channels yet).
+
+    Blender 4.4+ (layered actions; the only kind from 5.0, where
+    ``Action.fcurves`` is gone): the channelbag of the assigned action slot
+    in the action's keyframe strip. With ``ensure`` a missing slot (named
+    after the ID), layer, strip and channelbag are created and the slot is
+    assigned. 4.2-4.3: the action's own F-Curves (no slots)."""
+    action = anim.action if anim is not None else None
+    if action is None:
+        return None
+    if not hasattr(action, "layers"):
+        return action.fcurves
+    slot = anim.action_slot
+    if slot is None:
+        if not ensure:
+            return None
+        owner = anim.id_data
+        slot = action.slots.new(id_type=owner.id_type, name=owner.name)
+        anim.action_slot = slot
+    strip = next((s for layer in action.layers for s in layer.strips if s.type == 'KEYFRAME'), None)
+    if strip is None:
+        if not ensure:
+            return None
+        layer = action.layers[0] if len(action.layers) else action.layers.new(name="Layer")
+        strip = layer.strips.new(type='KEYFRAME')
+    bag = strip.channelbag(slot, ensure=ensure)
+    return None if bag is None else bag.fcurves
+
+
+# --- Mesh Cache modifier -----------------------------------------------------
+
+def _flip_axis_is_set():
+    """Blender 4.2: ``MeshCacheModifier.flip_axis`` is a set of axis names
+    (``{'X', 'Z'}``). 4.5+: three booleans, one per axis."""
+    return bpy.types.MeshCacheModifier.bl_rna.properties["flip_axis"].type == 'ENUM'
+
+
+def mesh_cache_flip_set(mod, flip):
+    """Sets which axes the Mesh Cache modifier ``mod`` mirrors: ``flip`` is
+    three booleans (x, y, z)."""
+    if _flip_axis_is_set():
+        mod.flip_axis = {axis for axis, on in zip("XYZ", flip) if on}
+    else:
+        mod.flip_axis = tuple(bool(on) for on in flip)
+
+
+def mesh_cache_flip_get(mod):
+    """Which axes the Mesh Cache modifier ``mod`` mirrors, as (x, y, z) booleans."""
+    if _flip_axis_is_set():
+        return tuple(axis in mod.flip_axis for axis in "XYZ")
+    return tuple(bool(on) for on in mod.flip_axis)
+
+
+# --- a Blender newer than the newest tested ----------------------------------
+
+def untested_version():
+    """The running Blender's version string when it is newer than
+    :data:`NEWEST_TESTED` (APIs may have changed there), else None."""
+    if tuple(bpy.app.version[:2]) > NEWEST_TESTED:
+        return bpy.app.version_string
+    return None
+
+
+def failure_message(exc):
+    """The line to show for ``exc``, an error Drape caught (a frame, an
+    operator, a bake). On a Blender newer than :data:`NEWEST_TESTED` an API
+    error (a name or type Blender no longer has) becomes one line naming the
+    version, recorded for :func:`incompatibility`; the first one recorded is
+    kept and returned for every later one, so a handler that prints a
+    message only when it changes prints it once. Anything else (Drape's own
+    checks of the input, errors on a tested Blender) is ``str(exc)``."""
+    global _incompatibility
+    version = untested_version()
+    if version is None or not isinstance(exc, _API_ERRORS):
+        return str(exc)
+    if _incompatibility is None:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        _incompatibility = (f"Blender {version} is newer than Drape supports "
+                            f"({_line(OLDEST_SUPPORTED)} to {_line(NEWEST_TESTED)}): {detail}")
+    return _incompatibility
+
+
+def incompatibility():
+    """The recorded line (see :func:`failure_message`), or None."""
+    return _incompatibility
+
+
+def forget_incompatibility():
+    """Drops the recorded line (on unregister, so re-enabling starts afresh)."""
+    global _incompatibility
+    _incompatibility = None
+
+
+def _line(version):
+    return f"{version[0]}.{version[1]}"
