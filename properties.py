@@ -10,9 +10,16 @@ get/set views of the same number), because "10 000 N/m" is something an artist
 can compare and nudge while "1e-4 m/N" is not. Both names work from scripts;
 only the compliance is saved. The solver reads ``scene.params.cloth_params``,
 never these RNA objects.
+
+This module keeps no reference to the ``bpy`` module in its globals (it
+imports names from ``bpy.props`` / ``bpy.types``, and ``bpy`` only inside
+register()): Blender 4.2 keeps the Python callbacks of these properties
+(get/set/update/poll) alive after unregister, and a callback whose globals
+reach ``bpy`` keeps the module from being freed when Python shuts down, so
+Blender's own exit never runs and the process crashes at exit (rc 139) once
+the uninstaller has dropped the add-on's modules. 4.5 on release them.
 """
 
-import bpy
 from bpy.props import (
     BoolProperty,
     EnumProperty,
@@ -21,7 +28,7 @@ from bpy.props import (
     PointerProperty,
     StringProperty,
 )
-from bpy.types import PropertyGroup
+from bpy.types import Object, PropertyGroup
 
 # Compliance must stay positive (a compliance of 0 is a hard constraint, which
 # XPBD handles, but the stiffness view would be infinite): clamp the view.
@@ -208,7 +215,7 @@ class DrapeClothSettings(PropertyGroup):
         ),
         default='SELF',
     )
-    proxy: PointerProperty(name="Proxy", type=bpy.types.Object, poll=_mesh_poll,
+    proxy: PointerProperty(name="Proxy", type=Object, poll=_mesh_poll,
                            description="Low-resolution mesh simulated in place of this one")
     vertex_budget: IntProperty(name="Vertex budget", description="Vertices of the simplified simulated mesh",
                                default=2000, min=16, soft_max=20000)
@@ -243,14 +250,18 @@ classes = (DrapeClothSettings, DrapeColliderSettings)
 
 
 def register():
+    import bpy
+
     for cls in classes:
         bpy.utils.register_class(cls)
-    bpy.types.Object.drape = PointerProperty(type=DrapeClothSettings)
-    bpy.types.Object.drape_collider = PointerProperty(type=DrapeColliderSettings)
+    Object.drape = PointerProperty(type=DrapeClothSettings)
+    Object.drape_collider = PointerProperty(type=DrapeColliderSettings)
 
 
 def unregister():
-    del bpy.types.Object.drape_collider
-    del bpy.types.Object.drape
+    import bpy
+
+    del Object.drape_collider
+    del Object.drape
     for cls in reversed(classes):
         bpy.utils.unregister_class(cls)
