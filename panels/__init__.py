@@ -2,25 +2,10 @@
 panel, with sub-panels. Each sub-module exports a ``classes`` tuple, parents
 before children."""
 
-import importlib
+import bpy
 
-_SUBMODULES = ("cloth", "colliders", "bake")
+from . import bake, cloth, colliders
 
+classes = cloth.classes + colliders.classes + bake.classes
 
-def _classes():
-    for name in _SUBMODULES:
-        yield from importlib.import_module(f"{__package__}.{name}").classes
-
-
-def register():
-    import bpy
-
-    for cls in _classes():
-        bpy.utils.register_class(cls)
-
-
-def unregister():
-    import bpy
-
-    for cls in reversed(list(_classes())):
-        bpy.utils.unregister_class(cls)
+register, unregister = bpy.utils.register_classes_factory(classes)
