@@ -320,7 +320,7 @@ with open(answer, "w") as fh:
 """
 
 
-def export_alembic_isolated(item, frames, log=None):
+def export_alembic_isolated(item, frames):
     """Writes ``item``'s captured frames to ``item.alembic_tmp`` with Blender's
     Alembic exporter in a child Blender that gets a saved copy of just the
     mesh; returns the Alembic object path. Raises BakeError with the reason."""
@@ -831,7 +831,7 @@ class BakeJob:
                     raise BakeError(f"'{item.name}': finishing {item.writer.tmp_path} failed: "
                                     f"{exc.strerror or exc}") from exc
                 if item.target == 'ALEMBIC':
-                    item.object_path = export_alembic_isolated(item, self.frames, self.log)
+                    item.object_path = export_alembic_isolated(item, self.frames)
             for item in self.items:
                 item.stash.set_aside()
             for item in self.items:
@@ -876,7 +876,7 @@ class BakeJob:
 
     def _keep_old_file(self, item):
         """A hard link to the file the bake writes over, so a failed swap can
-        put it back; no link (a file system without them): a renamed copy."""
+        put it back; on a file system without links, a copy."""
         if not os.path.isfile(item.abs_path):
             return
         keep = f"{item.abs_path}.keep-{os.getpid()}"

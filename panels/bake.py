@@ -43,6 +43,9 @@ def _draw(layout, context):
     op.objects = 'SELECTED'
     op = row.operator("drape.bake", text="Bake All")
     op.objects = 'ALL'
+    # A re-bake elsewhere keeps the old file (a saved .blend may play it):
+    # the clean-up deletes what no .blend Drape knows of plays any more.
+    layout.operator("drape.cache_cleanup", text="Clean Up Cache Folder", icon='BRUSH_DATA')
 
 
 def _poll(context):

@@ -768,7 +768,8 @@ def test_bake_panel_draws_settings_and_state(shot):
     bake_panels._draw(_Layout(log), SimpleNamespace(active_object=obj))
     props = [c[1][1] for c in log if c[0] == "prop"]
     assert props[:3] == ["target", "folder", "use_scene_range"]
-    assert [c[1][0] for c in log if c[0] == "operator"] == ["drape.bake", "drape.bake_free", "drape.bake", "drape.bake"]
+    assert [c[1][0] for c in log if c[0] == "operator"] == ["drape.bake", "drape.bake_free", "drape.bake", "drape.bake",
+                                                            "drape.cache_cleanup"]
     bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
     log.clear()
     bake_panels._draw(_Layout(log), SimpleNamespace(active_object=obj))

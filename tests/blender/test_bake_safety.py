@@ -328,7 +328,7 @@ def test_eta_counts_compilation_and_wall_time():
     steady = (elapsed - 447.0) / 9  # wall seconds per frame without the compiling one
     assert left == pytest.approx(steady * 62, rel=1e-12)
     assert 11.0 < left < 13.0
-    # Until a frame that did not compile is in, the time left is unknown, not "1.8 s".
+    # One frame in, the wall time is all there is to go by: long, not "1.8 s".
     assert bake_job.eta_seconds([447.0], done=1, total=72, elapsed=447.0) == pytest.approx(447.0 * 71)
     assert bake_job.eta_seconds([], done=0, total=72, elapsed=0.0) is None
     # A scene whose every frame is slow is not "compiling".
