@@ -205,12 +205,13 @@ def main(argv=None):
             bpy.ops.wm.save_as_mainfile(filepath=stage, relative_remap=True)
         except RuntimeError as exc:
             _remove(stage)
-            print(f"bake_headless: cannot write next to {destination}: {exc}", file=sys.stderr, flush=True)
+            print(f"bake_headless: cannot write next to {destination}: {exc}; nothing saved, "
+                  f"{destination} and the caches are as they were", file=sys.stderr, flush=True)
             return 1
     try:
         try:
             job = job_mod.run_blocking(scene, objects, start, end, target=args.target, folder=args.folder,
-                                       log=lambda line: print(line, flush=True))
+                                       log=lambda line: print(line, flush=True), keep_replaced=True)
         except Exception as exc:  # noqa: BLE001 - any failure: exit 1 with the reason
             if not isinstance(exc, job_mod.BakeError):
                 import traceback
@@ -221,8 +222,11 @@ def main(argv=None):
             return 1
         failure = _save_verified(bpy, job, destination)
         if failure is not None:
-            print(f"bake_headless: {failure}; {destination} is as it was", file=sys.stderr, flush=True)
+            job.put_back_files()
+            print(f"bake_headless: {failure}; nothing saved, {destination} and the caches are as they were",
+                  file=sys.stderr, flush=True)
             return 1
+        job.release_files()
     finally:
         if stage:
             _remove(stage)

@@ -198,11 +198,17 @@ def _claim(paths, blend):
     for folder, names in by_folder.items():
         _known_folders.add(folder)
         files = read_users(folder)
+        changed = _forget_missing(files)
         for name in names:
-            users = files.setdefault(name, [])
+            users = files.get(name)
+            if users is None:
+                users = files[name] = []
+                changed = True
             if blend and blend not in users:
                 users.append(blend)
-        _write_users(folder, files)
+                changed = True
+        if changed:
+            _write_users(folder, files)
 
 
 def other_users(path, blend=None):
@@ -605,6 +611,10 @@ class BakeJob:
         self.t0 = None
         self._saved_frame = (scene.frame_current, scene.frame_subframe)
         self._source = None
+        # The headless tool saves after the bake: the cache files the bake
+        # wrote over are kept until it knows the save held (release_files),
+        # or put back when it did not (put_back_files).
+        self.keep_replaced = False
 
     # -- checks that change nothing ---------------------------------------
     def validate(self):
@@ -842,8 +852,8 @@ class BakeJob:
         for item in self.items:
             item.stash.commit()
             item.stash = None
-            if item.keep:
-                _unlink_quietly(item.keep)
+        if not self.keep_replaced:
+            self.release_files()
         self.done = True
         self._restore_frame()
         blend = _blend_path()
@@ -865,6 +875,19 @@ class BakeJob:
                 except Exception as exc:  # noqa: BLE001 - restore the others all the same
                     print(f"Drape: could not fully restore '{item.name}': {describe(exc)}")
                 item.stash = None
+        self.put_back_files()
+
+    def release_files(self):
+        """The bake is kept: the cache files it wrote over can go."""
+        for item in self.items:
+            if item.keep:
+                _unlink_quietly(item.keep)
+            item.keep = ""
+
+    def put_back_files(self):
+        """Puts back the cache files the bake wrote over and removes the
+        ones it added (the .blend that would have played them was not saved)."""
+        for item in self.items:
             if item.keep:
                 try:
                     os.replace(item.keep, item.abs_path)
@@ -964,7 +987,11 @@ def frame_range(scene, obj=None, use_scene_range=None, frame_start=None, frame_e
     return start, end
 
 
-def run_blocking(scene, objects, frame_start, frame_end, target=None, folder=None, log=print):
+def run_blocking(scene, objects, frame_start, frame_end, target=None, folder=None, log=print,
+                 keep_replaced=False):
     """Bakes in one go (background mode, headless tool). Raises BakeError
-    (or whatever failed); on any failure everything is as before."""
-    return BakeJob(scene, objects, frame_start, frame_end, target=target, folder=folder, log=log).run()
+    (or whatever failed); on any failure everything is as before.
+    ``keep_replaced``: see :attr:`BakeJob.keep_replaced`."""
+    job = BakeJob(scene, objects, frame_start, frame_end, target=target, folder=folder, log=log)
+    job.keep_replaced = keep_replaced
+    return job.run()

@@ -555,7 +555,12 @@ def test_headless_save_on_a_full_disk_exits_1_and_keeps_the_files(addon, tmp_pat
     path = disk / "shot.blend"
     cache = tmp_path / "cache"  # the caches have room; the .blend's disk does not
     (cape,) = _new_shot(path, target='PC2', folder=str(cache))
+    _bake([cape], scale=2.0)
+    bpy.ops.wm.save_mainfile()
+    os.unlink(str(path) + "1")
     input_bytes = path.read_bytes()
+    caches = _file_state(cache)
+    assert "Cape.pc2" in caches
     earlier = disk / "job.blend"
     shutil.copy(path, earlier)
     earlier_bytes = earlier.read_bytes()
@@ -565,7 +570,8 @@ def test_headless_save_on_a_full_disk_exits_1_and_keeps_the_files(addon, tmp_pat
     for extra in (("--output", earlier), ()):
         proc = _headless(path, "--object", "Cape", "--frame-source", frame_source_file, *extra)
         assert proc.returncode == 1, (extra, proc.stdout[-2000:] + proc.stderr[-2000:])
-        assert "bake_headless:" in proc.stderr and "as it was" in proc.stderr or "cannot write" in proc.stderr
+        assert "nothing saved" in proc.stderr and "as they were" in proc.stderr, proc.stderr[-2000:]
+        assert _file_state(cache) == caches, "the input's cache is put back"
         assert path.read_bytes() == input_bytes
         assert earlier.read_bytes() == earlier_bytes
         assert sorted(os.listdir(disk)) == ["filler", "job.blend", "shot.blend"], "no partial files left"
