@@ -81,14 +81,10 @@ def available_lines() -> dict[str, dict]:
 
 def find_python(version: str, override: str | None = None) -> str | None:
     """A Python of exactly ``version``: the override, then PATH, then pyenv's versions."""
-    candidates = [override] if override else []
-    candidates += [shutil.which(f"python{version}")]
-    try:
-        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        root = os.path.expanduser("~/.pyenv")
-    candidates += sorted(glob.glob(os.path.join(root or "", "versions", f"{version}.*", "bin", f"python{version}")),
-                         reverse=True)
+    if override:  # asked for by name: that one or none
+        candidates = [override]
+    else:
+        candidates = [shutil.which(f"python{version}")] + _pyenv_pythons(version)
     for cand in candidates:
         if not cand:
             continue
@@ -99,9 +95,17 @@ def find_python(version: str, override: str | None = None) -> str | None:
             continue
         if out == version:
             return cand
-        if override and cand == override:
-            return None
     return None
+
+
+def _pyenv_pythons(version: str) -> list[str]:
+    """pyenv installs Pythons without putting python3.N on PATH (only its global one)."""
+    try:
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        root = os.path.expanduser("~/.pyenv")
+    return sorted(glob.glob(os.path.join(root or os.path.expanduser("~/.pyenv"), "versions", f"{version}.*",
+                                         "bin", f"python{version}")), reverse=True)
 
 
 # ------------------------------------------------------------------------ venvs
@@ -111,6 +115,16 @@ def venv_dir(line: str) -> pathlib.Path:
     return VENVS / f"bpy-{line}"
 
 
+def _runs(py: pathlib.Path, version: str) -> bool:
+    """The venv's Python still starts and is the right one (its base Python may be gone)."""
+    try:
+        out = subprocess.run([str(py), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out == version
+
+
 def ensure_venv(line: str, info: dict, python: str) -> pathlib.Path:
     """``.venvs/bpy-X.Y`` with exactly the pinned requirements; rebuilt when they change."""
     venv = venv_dir(line)
@@ -118,10 +132,11 @@ def ensure_venv(line: str, info: dict, python: str) -> pathlib.Path:
     req = info["file"]
     want = hashlib.sha256(req.read_bytes() + info["python"].encode()).hexdigest()
     stamp = venv / ".requirements.sha256"
-    if py.exists() and stamp.is_file() and stamp.read_text().strip() == want:
+    if py.exists() and stamp.is_file() and stamp.read_text().strip() == want and _runs(py, info["python"]):
         return py
     if venv.exists():
-        say(f"[{line}] {req.relative_to(ROOT)} changed: rebuilding {venv.relative_to(ROOT)}")
+        say(f"[{line}] {venv.relative_to(ROOT)} is out of date ({req.relative_to(ROOT)} changed or its "
+            "Python is gone): rebuilding")
         shutil.rmtree(venv)
     else:
         say(f"[{line}] creating {venv.relative_to(ROOT)} (bpy {info['bpy']}, Python {info['python']})")
@@ -287,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
             ver = info["python"]
             if ver not in pythons:
                 pythons[ver] = find_python(ver, overrides.get(ver))
+            if pythons[ver] is None and overrides.get(ver):
+                raise Failure(f"--python{ver}={overrides[ver]} is not a working Python {ver} "
+                              f"(Blender {line} needs it)")
             if pythons[ver] is None:
                 raise Failure(f"Python {ver} is needed for Blender {line} (bpy {info['bpy']} exists only for "
                               f"Python {ver}) but none was found; install it (pyenv install {ver}) or pass "

@@ -569,6 +569,22 @@ class Scenario:
         return "simulates as before: " + self._compare_playback("the simulation after re-enabling",
                                                                 frames=range(1, 11))
 
+    def mass_group_matters(self):
+        """The mass group is read: without it (uniform mass) the sheet moves otherwise."""
+        import bpy
+
+        self.sheet.drape.mass_group = ""
+        try:
+            worst = 0.0
+            for frame in range(1, 11):
+                bpy.context.scene.frame_set(frame)
+                worst = max(worst, max_error(evaluated_co(self.sheet), self.live[frame]))
+        finally:
+            self.sheet.drape.mass_group = "mass"
+        require(worst > 1e-4, f"uniform mass moves the sheet like the mass group does ({worst:.1e} m apart "
+                              "over 10 frames): the mass group is not read")
+        return f"{worst * 1e3:.1f} mm apart by frame 10"
+
     def uninstall(self):
         import bpy
 
@@ -581,6 +597,9 @@ class Scenario:
         require(PKG not in bpy.context.preferences.addons.keys(), "still enabled after the uninstall")
         require(not os.path.exists(self.ext_dir), f"{self.ext_dir} is still there")
         require(not any(n.upper().startswith("DRAPE") for n in dir(bpy.types)), "types left registered")
+        wheels = [str(p) for p in pathlib.Path(os.environ["BLENDER_USER_RESOURCES"]).glob(
+            "extensions/.local/lib/python*/site-packages/*") if p.name.lower().startswith(("numba", "llvmlite"))]
+        require(not wheels, f"the bundled wheels stay installed: {wheels[:3]}")
         bpy.context.scene.frame_set(4)  # the scene keeps Drape's data; nothing runs for it any more
         return ""
 
@@ -640,6 +659,7 @@ def main(argv=None):
 
     c.run("disable", s.disable, requires=[inst])
     c.run("re-enable", s.enable, requires=[inst, sim, "disable"])
+    c.run("the mass group changes the motion", s.mass_group_matters, requires=["re-enable"])
     c.run("uninstall", s.uninstall, requires=[inst])
     print(f"\n{c.passed} passed, {c.failed} failed", flush=True)
     return 1 if c.failed else 0
