@@ -78,6 +78,7 @@ class _Warmup:
         self.queue = []            # groups not handed out yet, next first
         self.done = {}             # group -> the worker's report (wall_s, cpu_s, compiled, loaded)
         self.failed = {}           # group -> why (compiled in Blender on first use instead)
+        self.skipped = set()       # groups not asked for (compiled in Blender on first use)
         self.workers = []
         self.started = time.perf_counter()
         self.finished = None
@@ -86,7 +87,11 @@ class _Warmup:
         self.stopping = False
 
     def pending(self):
-        return [g for g in GROUPS if g not in self.done and g not in self.failed]
+        return [g for g in GROUPS if g not in self.done and g not in self.failed and g not in self.skipped]
+
+    def settled(self, group):
+        """Nothing more will happen to ``group`` in the background."""
+        return group in self.done or group in self.failed or group in self.skipped
 
 
 _state = None
@@ -167,18 +172,22 @@ def _write_marker(state):
         pass  # only the next start's shortcut is lost
 
 
-def start(package, *, workers=None, force=False):
+def start(package, *, workers=None, force=False, groups=None):
     """Start compiling in the background (idempotent). ``package``: the
     add-on's ``__package__``. Does nothing in background mode (a render farm
     or a script: there is no UI to keep alive, the solver compiles on first
-    use) unless ``force``, nor when ``DRAPE_BACKGROUND_COMPILE=0``. Returns
-    the state's groups still to compile (empty: nothing to do)."""
+    use) unless ``force`` or ``DRAPE_BACKGROUND_COMPILE=1``; never with
+    ``DRAPE_BACKGROUND_COMPILE=0``.
+    ``workers``: processes (default two, one on a single core); ``groups``:
+    only these (default all). Returns the groups still to compile (empty:
+    nothing to do)."""
     global _state
     if _state is not None:
         return _state.pending()
-    if not force:
-        if os.environ.get("DRAPE_BACKGROUND_COMPILE", "1") == "0":
-            return []
+    switch = os.environ.get("DRAPE_BACKGROUND_COMPILE", "")
+    if switch == "0":
+        return []
+    if not force and switch != "1":
         try:
             import bpy
 
@@ -194,6 +203,7 @@ def start(package, *, workers=None, force=False):
     state = _Warmup(package, root, marker, fingerprint)
     for group in (_read_marker(marker, fingerprint) if marker else ()):
         state.done[group] = {"group": group, "from": "marker"}
+    state.skipped = set(GROUPS) - set(GROUPS if groups is None else groups)
     state.queue = state.pending()
     _state = state
     if not state.queue:
@@ -374,7 +384,7 @@ def ready(groups=None):
     if state is None:
         return True
     with state.lock:
-        return all(g in state.done or g in state.failed for g in (GROUPS if groups is None else groups))
+        return all(state.settled(g) for g in (GROUPS if groups is None else groups))
 
 
 def prioritize(groups):
@@ -430,7 +440,7 @@ def progress(groups=None):
         total = sum(GROUPS[g] for g in names)
         got = 0.0
         for g in names:
-            if g in state.done or g in state.failed:
+            if state.settled(g):
                 got += GROUPS[g]
             elif g in running:
                 got += GROUPS[g] * min(running[g] / max(GROUPS[g] * speed, 1e-9), 0.9)
