@@ -553,10 +553,6 @@ def main(argv):
     # site-packages), not this script's folder: scene/ must not shadow
     # top-level modules.
     sys.path[:] = [p for p in path if p]
-    try:
-        os.nice(5)  # Blender's own threads first: its UI stays responsive on a busy machine
-    except (AttributeError, OSError):
-        pass
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         serialise_cache_writes()

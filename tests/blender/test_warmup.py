@@ -248,7 +248,8 @@ def _first_play(package, out, kind):
         frame = frame + 1 if frame < scene.frame_end else scene.frame_start
         time.sleep(max(0.0, 1 / 24 - frames[-1]))
     result = dict(first_s=first, cpu_s=time.process_time() - c0, workers_cpu_s=_child_cpu(pids),
-                  frames=len(frames), longest_frame_s=max(frames), moved_while_waiting=moved_while_waiting,
+                  frames=len(frames), longest_frame_s=max(frames),
+                  longest_at=frames.index(max(frames)), last_frames_s=frames[-3:], moved_while_waiting=moved_while_waiting,
                   statuses=sorted(s for s in statuses if s), report=warmup.report(),
                   error=sim.error if sim else None)
     bpy.ops.wm.read_factory_settings(use_empty=True)
