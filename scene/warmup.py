@@ -30,6 +30,7 @@ as a label in the cloth panel. A bake, which blocks anyway, calls ``wait()``.
 
 import atexit
 import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -208,6 +209,7 @@ def start(package, *, workers=None, force=False, groups=None):
     _state = state
     if not state.queue:
         state.finished = time.perf_counter()
+        _preload(package)
         return []
     python = _python()
     if python is None:
@@ -234,7 +236,24 @@ def start(package, *, workers=None, force=False, groups=None):
         worker.thread.start()
     atexit.register(stop)
     _start_redraw_timer()
+    _preload(package)
     return state.pending()
+
+
+def _preload(package):
+    """Import the solver (numba and the decoration of its kernels: a few
+    tenths of a second) in a thread while the workers compile, so the first
+    simulated frame only loads kernels. Python switches threads every few
+    milliseconds, so the UI keeps running; an import the frame handler
+    starts meanwhile waits for this one instead of doing it twice."""
+    def run():
+        try:
+            for name in (".solver", ".solver.selfcollision", ".solver.skinning"):
+                importlib.import_module(package + name)
+        except Exception:  # noqa: BLE001 - the frame handler's own import reports it
+            pass
+
+    threading.Thread(target=run, name="drape-preload", daemon=True).start()
 
 
 def _fail_all(state, why):
@@ -376,6 +395,26 @@ def needed(objs, scene=None):
     return groups
 
 
+def needed_by(scene):
+    """The groups every Drape cloth of ``scene`` needs (see needed)."""
+    cloths = [o for o in scene.objects if o.type == 'MESH' and o.drape.enabled]
+    together = sorted((o for o in cloths if o.drape.cloth_collision), key=lambda o: o.name)
+    if len(together) < 2:
+        together = []
+    groups = needed(together, scene) if together else set()
+    for obj in cloths:
+        if obj not in together:
+            groups |= needed([obj], scene)
+    return groups
+
+
+def wait_for(scene, timeout=None):
+    """Block until what ``scene``'s cloths need is compiled (a bake, which
+    plays the frames itself and blocks Blender anyway, calls this first:
+    otherwise the frame handler would leave its frames unsimulated)."""
+    return wait(needed_by(scene), timeout)
+
+
 def ready(groups=None):
     """Whether ``groups`` (default: all) can run without compiling in this
     process: compiled in the background, or given up on (then they compile
@@ -456,11 +495,7 @@ def status_line(scene=None):
         return None
     if state.message:
         return state.message.removeprefix("Drape: ")
-    groups = set()
-    if scene is not None:
-        for obj in scene.objects:
-            if obj.type == 'MESH' and obj.drape.enabled:
-                groups |= needed([obj], scene)
+    groups = needed_by(scene) if scene is not None else set()
     groups = groups or {"build", "step"}
     if ready(groups):
         return None

@@ -283,6 +283,7 @@ def main(argv):
 
 if __name__ == "__main__":
     main(sys.argv)
+    sys.exit(0)  # the tests below are pytest's
 
 
 # --------------------------------------------------------------------- tests (pytest only below)
@@ -460,6 +461,7 @@ def test_each_kind_of_cloth_needs_its_groups(addon):
     for kind, expected in cases.items():
         scene, cloths = build_scene(kind)
         assert warmup.needed(cloths, scene) == expected, kind
+        assert warmup.needed_by(scene) == expected, kind
     scene, (sheet,) = build_scene("self")
     sheet.drape.iterations = 3
     assert warmup.needed([sheet], scene) == {"build", "self", "self_general"}
