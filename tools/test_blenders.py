@@ -193,7 +193,12 @@ def build_zip(out_dir: pathlib.Path) -> pathlib.Path:
 
 
 def run_line(line: str, info: dict, py: pathlib.Path, zip_path: pathlib.Path, keep: bool) -> dict:
-    scratch = pathlib.Path(tempfile.mkdtemp(prefix=f"drape-blender-{line}-"))
+    # One place per line, emptied at its next run: a failed line's files stay
+    # for a look without piling up run after run (~250 MB each).
+    scratch = VENVS / "scratch" / f"blender-{line}"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
     user, tmp = scratch / "user", scratch / "tmp"
     user.mkdir()
     tmp.mkdir()
@@ -286,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep every line's scratch folder")
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
+    zip_dir = None
     try:
         lines = available_lines()
         if args.lines:
@@ -310,7 +316,6 @@ def main(argv: list[str] | None = None) -> int:
                               f"Python {ver}) but none was found; install it (pyenv install {ver}) or pass "
                               f"--python{ver}=/path/to/python{ver}")
         VENVS.mkdir(exist_ok=True)
-        zip_dir = None
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             if args.zip is not None:
                 if not args.zip.is_file():
@@ -328,20 +333,21 @@ def main(argv: list[str] | None = None) -> int:
             futures = [pool.submit(run_line, line, info, venv_pys[line], zip_path, args.keep)
                        for line, info in lines.items()]
             results = [f.result() for f in futures]
-        if zip_dir is not None:
-            shutil.rmtree(zip_dir, ignore_errors=True)
     except Failure as exc:
         print(f"drape: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if zip_dir is not None:
+            shutil.rmtree(zip_dir, ignore_errors=True)
     t_end = time.perf_counter()
     print()
     print(summary(results))
     print(f"\nvenvs and zip: {t_ready - t_start:.0f} s; scenarios: {t_end - t_ready:.0f} s "
-          f"({args.jobs} at a time); total {t_end - t_start:.0f} s")
+          f"({min(args.jobs, len(lines))} at a time); total {t_end - t_start:.0f} s")
     for r in results:
         if not r["ok"]:
             print(f"Blender {r['line']}: see {r['log'].relative_to(ROOT)}"
-                  + (f"; scratch kept in {r['scratch']}" if r.get("scratch") else ""))
+                  + (f"; its files are in {r['scratch'].relative_to(ROOT)}" if r.get("scratch") else ""))
     return 0 if all(r["ok"] for r in results) else 1
 
 
