@@ -538,7 +538,10 @@ class Scenario:
         require(result != {'FINISHED'}, f"drape.bake reported success although {attr} raised")
         require(not changes, "the failed bake left changes:\n        " + "\n        ".join(changes))
         detail = self._compare_playback("the earlier bake after the failed one", frames=(15,))
-        how = f"raised {type(raised).__name__}" if raised is not None else f"returned {result}"
+        # In background mode an operator's error report reaches the caller as a
+        # RuntimeError too: its first line tells a report from a traceback.
+        how = (f"raised {type(raised).__name__} ({str(raised).strip().splitlines()[0][:90]})"
+               if raised is not None else f"returned {result}")
         return f"drape.bake {how}; nothing changed; {detail}"
 
     # -- disable, enable, uninstall ------------------------------------------
