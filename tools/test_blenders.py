@@ -22,6 +22,7 @@ only when every selected line passed every check and exited with status 0.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import glob
 import hashlib
@@ -218,13 +219,23 @@ def run_line(line: str, info: dict, py: pathlib.Path, zip_path: pathlib.Path, ke
                                 text=True, errors="replace")
         timer = threading.Timer(LINE_TIMEOUT_S, proc.kill)
         timer.start()
+        tail = collections.deque(maxlen=25)
+        in_failure = False
         try:
+            # The console gets the checks and their failures; Blender's own
+            # output (the forced failures' tracebacks among it) goes to the log.
             for text in proc.stdout:
                 log.write(text)
                 text = text.rstrip("\n")
+                tail.append(text)
                 m = TALLY.match(text.strip())
                 if m:
                     result["passed"], result["failed"] = int(m.group(1)), int(m.group(2))
+                if text.startswith(("PASS", "FAIL")):
+                    in_failure = text.startswith("FAIL")
+                elif not (in_failure and text.startswith("      ")) and not m:
+                    in_failure = False
+                    continue
                 say(f"[{line}] {text}")
             # wait4: this child's own CPU time (with the children it reaped),
             # not that of a line running beside it.
@@ -233,6 +244,9 @@ def run_line(line: str, info: dict, py: pathlib.Path, zip_path: pathlib.Path, ke
         finally:
             timer.cancel()
     result["rc"] = proc.returncode
+    if (proc.returncode != 0 and result["passed"] is None) or proc.returncode < 0:
+        say(f"[{line}] exited with {describe_rc(proc.returncode, False)}; its last lines:\n"
+            + "\n".join(f"[{line}]   {t}" for t in tail))
     result["timed_out"] = proc.returncode == -9 and time.perf_counter() - t0 >= LINE_TIMEOUT_S - 1
     result["wall_s"] = time.perf_counter() - t0
     result["cpu_s"] = usage.ru_utime + usage.ru_stime
