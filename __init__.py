@@ -48,8 +48,15 @@ def register():
     _configure_numba_cache()
     for module in _modules():
         module.register()
+    from .scene import compat
+
+    compat.unregister_at_exit(unregister)
 
 
 def unregister():
+    from .scene import compat
+
+    compat.cancel_unregister_at_exit(unregister)
+    compat.forget_incompatibility()
     for module in reversed(_modules()):
         module.unregister()

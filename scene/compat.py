@@ -12,6 +12,8 @@ first such failure into one line naming the version, which the panel shows
 traceback per frame.
 """
 
+import atexit
+
 import bpy
 
 #: The newest Blender line (major, minor) Drape was tested with.
@@ -110,6 +112,26 @@ def mesh_cache_flip_get(mod):
     if _flip_axis_is_set():
         return tuple(axis in mod.flip_axis for axis in "XYZ")
     return tuple(bool(on) for on in mod.flip_axis)
+
+
+# --- exit of a script that leaves Drape registered --------------------------
+
+def unregister_at_exit(unregister):
+    """Makes ``unregister`` run when the Python process exits while Drape is
+    still registered (a script or farm job that calls ``drape.register()``
+    and ends). Blender 4.2 and 4.5 as a Python module (the bpy wheel) shut
+    themselves down only once nothing holds the ``bpy`` module any more, and
+    every registered class or handler holds it: left registered, 4.2 crashes
+    at exit (rc 139) and 4.5 never exits. 5.0+ and Blender itself (which
+    unregisters add-ons before Python ends): the hook is harmless there.
+    Applied on every version, so nothing here depends on the version."""
+    atexit.unregister(unregister)
+    atexit.register(unregister)
+
+
+def cancel_unregister_at_exit(unregister):
+    """Undoes :func:`unregister_at_exit` (on unregister: nothing is left to do)."""
+    atexit.unregister(unregister)
 
 
 # --- a Blender newer than the newest tested ----------------------------------

@@ -64,3 +64,28 @@ def test_blender_exits_cleanly_after_drape_is_unregistered_and_dropped():
                           capture_output=True, text=True, timeout=300)
     assert "unregistered" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, f"exit status {proc.returncode}: " + proc.stderr[-3000:]
+
+
+# A script or farm job that registers Drape and simply ends. Blender 4.2 and
+# 4.5 as a Python module crashed (4.2, rc 139) or never exited (4.5) when a
+# class or handler was still registered at exit.
+_REGISTER_AND_END = """
+import importlib.util, sys
+import bpy
+spec = importlib.util.spec_from_file_location("drape", sys.argv[1] + "/__init__.py",
+                                              submodule_search_locations=[sys.argv[1]])
+drape = importlib.util.module_from_spec(spec)
+sys.modules["drape"] = drape
+spec.loader.exec_module(drape)
+drape.register()
+bpy.ops.mesh.primitive_grid_add(x_subdivisions=4, y_subdivisions=4)
+assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+print("registered")
+"""
+
+
+def test_a_script_that_leaves_drape_registered_exits_cleanly():
+    proc = subprocess.run([sys.executable, "-c", _REGISTER_AND_END, str(ROOT)],
+                          capture_output=True, text=True, timeout=120)
+    assert "registered" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, f"exit status {proc.returncode}: " + proc.stderr[-3000:]
