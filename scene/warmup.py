@@ -218,7 +218,8 @@ def start(package, *, workers=None, force=False, groups=None):
     # Two workers halve the wall time on two cores or more; without a file
     # lock for numba's index (warmup_child.serialise_cache_writes) only one.
     most = 2 if importlib.util.find_spec("fcntl") is not None else 1
-    count = workers or max(1, min(most, os.cpu_count() or 1, len(state.queue)))
+    count = workers or int(os.environ.get("DRAPE_BACKGROUND_WORKERS", "0") or 0) or max(
+        1, min(most, os.cpu_count() or 1, len(state.queue)))
     env = dict(os.environ)
     command = [python, "-I", _CHILD, package, root, json.dumps(sys.path)]
     for _ in range(count):
