@@ -890,7 +890,12 @@ class BakeJob:
         for item in self.items:
             if item.keep:
                 try:
-                    os.replace(item.keep, item.abs_path)
+                    if os.path.exists(item.abs_path) and os.path.samefile(item.keep, item.abs_path):
+                        # The new file never went in (rename() between two links
+                        # of one file does nothing): only the link goes.
+                        os.unlink(item.keep)
+                    else:
+                        os.replace(item.keep, item.abs_path)
                 except OSError as exc:
                     print(f"Drape: could not put back {item.abs_path} (kept as {item.keep}): {exc}")
             elif item.committed:

@@ -295,6 +295,22 @@ def test_any_failure_leaves_everything_as_it_was(addon, tmp_path, source_guard, 
     np.testing.assert_allclose(evaluated_co(obj), helpers.analytic(read_co(obj.data), 6), atol=ATOL, rtol=0)
 
 
+def test_failed_rename_over_the_earlier_cache_leaves_it(addon, tmp_path, source_guard, monkeypatch):
+    obj = _rollback_shot(tmp_path, 'PC2')
+    before = _full_snapshot([obj], tmp_path / "drape_cache")
+
+    def failed_rename(self):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(pc2.PC2Writer, "commit", failed_rename)
+    bake_job.set_frame_source(AnalyticSource([obj], scale=2.0))
+    with pytest.raises(OSError):
+        bake_job.run_blocking(bpy.context.scene, [obj], 1, 12, log=None)
+    monkeypatch.undo()
+    after = _full_snapshot([obj], tmp_path / "drape_cache")
+    for key in before:
+        assert after[key] == before[key], key
+
+
 def test_failure_of_the_second_object_undoes_the_first(addon, tmp_path, source_guard, monkeypatch):
     objs = _new_shot(tmp_path / "pair.blend", names=("First", "Second"), target='PC2')
     objs[1].drape_bake.target = 'SHAPE_KEYS'
