@@ -593,7 +593,8 @@ def _fake_operator(**props):
     from drape.operators.bake import DRAPE_OT_bake
 
     namespace = {name: DRAPE_OT_bake.__dict__[name]
-                 for name in ("invoke", "modal", "execute", "_make_job", "_cleanup", "_status", "_done_text")}
+                 for name in ("invoke", "modal", "execute", "_make_job", "_cleanup", "_status", "_done_text",
+                              "_report_failure")}
     namespace["report"] = lambda self, kind, text: self.reports.append((kind, text))
     op = type("FakeBakeOperator", (), namespace)()
     op.reports = []

@@ -332,6 +332,31 @@ def test_failure_of_the_second_object_undoes_the_first(addon, tmp_path, source_g
         assert after[key] == before[key], key
 
 
+def test_modal_bake_that_fails_mid_way_reports_and_restores(addon, tmp_path, source_guard, monkeypatch):
+    from drape.operators import bake as bake_operators
+
+    monkeypatch.setattr(bake_operators, "_TICK_BUDGET_MS", 0.0)
+    obj = _rollback_shot(tmp_path, 'SHAPE_KEYS')
+    before = _full_snapshot([obj], tmp_path / "drape_cache")
+    bake_job.set_frame_source(AnalyticSource([obj], scale=2.0))
+    bake_job.set_frame_source(_fail_on_frame(5))
+    bpy.context.view_layer.objects.active = obj
+    op, ctx = helpers._fake_operator(objects='ACTIVE', frame_end=12), helpers._fake_context()
+    assert op.invoke(ctx, helpers._event('NONE')) == {'RUNNING_MODAL'}
+    texts = [c[1] for c in ctx.workspace.calls if c[1]]
+    assert "compiles the solver" in texts[0], "the status warns before the first frames"
+    result = {'RUNNING_MODAL'}
+    while result == {'RUNNING_MODAL'}:
+        result = op.modal(ctx, helpers._event('TIMER'))
+    assert result == {'CANCELLED'}
+    kind, text = op.reports[-1]
+    assert kind == {'ERROR'} and text.startswith("Bake failed, nothing changed: AttributeError:")
+    assert [c[0] for c in ctx.window_manager.calls][-2:] == ["event_timer_remove", "progress_end"]
+    after = _full_snapshot([obj], tmp_path / "drape_cache")
+    for key in before:
+        assert after[key] == before[key], key
+
+
 # --- progress --------------------------------------------------------------------
 
 def test_eta_counts_compilation_and_wall_time():
