@@ -16,6 +16,11 @@ It then reads group names from stdin, one per line, and for each drives the
 solver through the same public calls, with the same dtypes and layouts, that
 ``scene.runtime`` makes for a live cloth of that kind (a small sheet with
 pins, a capsule and a plane; each group's docstring names what it mirrors).
+Only solver/ and scene/_kernels.py are imported (the rest of scene/ imports
+bpy): what runtime takes from there (``params.cloth_params``, the collider
+arrays, the wind kernel's arguments) is mirrored below, and
+tests/blender/test_warmup.py plays real scenes of every kind afterwards to
+check that nothing is left to compile.
 numba compiles what a call needs and writes it to ``NUMBA_CACHE_DIR`` (the
 add-on's user folder, inherited from the parent's environment). After each
 group it prints one line::
