@@ -114,6 +114,27 @@ def mesh_cache_flip_get(mod):
     return tuple(bool(on) for on in mod.flip_axis)
 
 
+# --- bone selection ----------------------------------------------------------
+
+def _selection_holder(arm_obj, bone_name):
+    """Blender 5.0+: a bone's selection in pose mode lives on its PoseBone
+    (``PoseBone.select``). 4.2-4.5: on the armature's Bone."""
+    pose_bone = arm_obj.pose.bones.get(bone_name) if arm_obj.pose else None
+    if pose_bone is not None and "select" in pose_bone.bl_rna.properties:
+        return pose_bone
+    return arm_obj.data.bones[bone_name]
+
+
+def bone_selected(arm_obj, bone_name):
+    """Whether the bone ``bone_name`` of the armature object is selected."""
+    return bool(_selection_holder(arm_obj, bone_name).select)
+
+
+def bone_select_set(arm_obj, bone_name, selected):
+    """Selects or deselects the bone ``bone_name`` of the armature object."""
+    _selection_holder(arm_obj, bone_name).select = bool(selected)
+
+
 # --- exit of a script that leaves Drape registered --------------------------
 
 def unregister_at_exit(unregister):

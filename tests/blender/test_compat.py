@@ -192,3 +192,28 @@ def test_an_untested_blender_gets_one_line_naming_it(monkeypatch):
     finally:
         compat.forget_incompatibility()
     assert compat.incompatibility() is None
+
+
+def _armature(empty_scene):
+    bpy.ops.object.armature_add(location=(0, 0, 0))
+    arm = bpy.context.object
+    bpy.ops.object.mode_set(mode='EDIT')
+    for name, head in (("b", (1, 0, 0)), ("c", (2, 0, 0))):
+        eb = arm.data.edit_bones.new(name)
+        eb.head, eb.tail = head, (head[0], 0, 1)
+    bpy.ops.object.mode_set(mode='POSE')
+    return arm
+
+
+def test_bone_selection_is_what_blender_selects(empty_scene):
+    arm = _armature(empty_scene)
+    names = [b.name for b in arm.data.bones]
+    assert len(names) == 3
+    bpy.ops.pose.select_all(action='SELECT')
+    assert all(compat.bone_selected(arm, n) for n in names)
+    bpy.ops.pose.select_all(action='DESELECT')
+    assert not any(compat.bone_selected(arm, n) for n in names)
+    compat.bone_select_set(arm, "c", True)
+    assert [pb.name for pb in bpy.context.selected_pose_bones] == ["c"]
+    assert [compat.bone_selected(arm, n) for n in names] == [False, False, True]
+    bpy.ops.object.mode_set(mode='OBJECT')
