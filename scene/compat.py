@@ -90,6 +90,16 @@ def animation_fcurves(anim, ensure=False):
     return None if bag is None else bag.fcurves
 
 
+def action_fcurves(action):
+    """Every F-Curve of ``action``, for all the IDs it animates, as a list.
+    Blender 4.4+ (layered actions): those of every channelbag of every
+    strip. 4.2-4.3: ``Action.fcurves``."""
+    if not hasattr(action, "layers"):
+        return list(action.fcurves)
+    return [fc for layer in action.layers for strip in layer.strips
+            for bag in strip.channelbags for fc in bag.fcurves]
+
+
 # --- Mesh Cache modifier -----------------------------------------------------
 
 def _flip_axis_is_set():

@@ -217,3 +217,20 @@ def test_bone_selection_is_what_blender_selects(empty_scene):
     assert [pb.name for pb in bpy.context.selected_pose_bones] == ["c"]
     assert [compat.bone_selected(arm, n) for n in names] == [False, False, True]
     bpy.ops.object.mode_set(mode='OBJECT')
+
+
+def test_action_fcurves_are_the_curves_blender_plays(empty_scene):
+    bpy.ops.object.empty_add(location=(0, 0, 0))
+    obj = bpy.context.object
+    for frame, x in ((1, 0.0), (5, 2.0)):
+        obj.location = (x, 0.5 * x, 0.0)
+        obj.keyframe_insert("location", frame=frame)
+    fcurves = compat.action_fcurves(obj.animation_data.action)
+    assert sorted((fc.data_path, fc.array_index) for fc in fcurves) == [("location", i) for i in range(3)]
+    for fc in fcurves:
+        for k in fc.keyframe_points:
+            k.interpolation = 'LINEAR'
+    empty_scene.frame_set(3)
+    for fc in fcurves:
+        assert fc.evaluate(3.0) == pytest.approx(obj.location[fc.array_index])
+    assert tuple(obj.location) == pytest.approx((1.0, 0.5, 0.0))
