@@ -34,13 +34,15 @@ test-blenders: venv
 demo: venv
 	$(VENV_PY) tools/demo.py
 
-# One JSON line per case; `make bench-solver` runs benchmarks/bench_solver.py.
+# One JSON line per case, also appended to benchmarks/results/results.jsonl with
+# the commit, the CPU and the time; `make bench-solver` runs benchmarks/bench_solver.py.
+# `tools/plot_bench.py` draws docs/benchmarks.md and docs/benchmarks.png from it.
 BENCHES := $(patsubst benchmarks/bench_%.py,%,$(wildcard benchmarks/bench_*.py))
 bench: venv
-	@for b in $(BENCHES); do $(VENV_PY) benchmarks/bench_$$b.py || exit 1; done
+	@for b in $(BENCHES); do $(VENV_PY) benchmarks/results.py benchmarks/bench_$$b.py || exit 1; done
 
 bench-%: venv
-	$(VENV_PY) benchmarks/bench_$*.py
+	$(VENV_PY) benchmarks/results.py benchmarks/bench_$*.py
 
 # One zip per platform, built and validated by Blender's own extension tool.
 extension: venv
