@@ -22,10 +22,11 @@ import results as bench_results  # noqa: E402
 
 # The tag columns every history table starts with, then the case, then the figures.
 _TAGS = ("timestamp", "commit", "cpu")
-_CASE = ("scene", "simulator", "quality", "vertices", "substeps", "threads")
+_CASE = ("scene", "simulator", "quality", "vertices", "substeps", "threads", "tethers", "stretch_limits",
+         "self_collision")
 # Figures a table shows when a record has them, headline first (the plot's y).
 _FIGURES = ("ms_per_step_median", "ms_per_frame_median", "ms_per_step_median_quiet", "speedup",
-            "detect_ms_median", "ms_per_frame_overhead", "compile_s", "first_step_s", "cached_s",
+            "detect_ms_median", "ms_per_frame_overhead", "compile_cold_s", "compile_warm_cache_s",
             "mean_edge_strain", "max_edge_strain", "host_calibration_ms")
 
 
@@ -88,7 +89,7 @@ def _cell(value):
 
 def _figures(records):
     present = [k for k in _FIGURES if any(k in r for r in records)]
-    return present[:6]
+    return present[:7]
 
 
 def history_tables(records):
@@ -129,14 +130,16 @@ def history_plot(records, png_path):
         key, value = _headline(r)
         if key is None:
             continue
-        label = " ".join(str(r[k]) for k in ("scene", "simulator", "quality", "substeps") if k in r)
+        label = " ".join(f"{k}={r[k]}" if isinstance(r[k], bool) else str(r[k])
+                         for k in ("scene", "simulator", "quality", "vertices", "substeps", "tethers",
+                                   "stretch_limits") if k in r)
         series.setdefault(r["bench"], {}).setdefault(label, []).append((r.get("timestamp", ""), value, key))
     benches = sorted(series) or ["(no timed records)"]
-    fig, axes = plt.subplots(len(benches), 1, figsize=(9, 3.2 * len(benches)), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(len(benches), 1, figsize=(12, 3.2 * len(benches)), dpi=100, squeeze=False)
     for ax, bench in zip(axes[:, 0], benches):
         for label, points in sorted(series.get(bench, {}).items()):
             points.sort()
-            ax.plot([p[0][:16] for p in points], [p[1] for p in points], "o-", label=label[:60])
+            ax.plot([p[0][:16] for p in points], [p[1] for p in points], "o-", label=label[:100])
         ax.set_title(f"make bench-{bench}")
         ax.set_ylabel("ms (median)")
         ax.set_yscale("log")
