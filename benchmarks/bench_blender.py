@@ -1,4 +1,4 @@
-"""Drape against Blender's own Cloth modifier, measured in one run on this machine.
+"""Drape against Blender's own Cloth modifier, measured in one run on one machine.
 
 The scene (benchmarks/blender_scenes.py): a square sheet hanging from its
 pinned top row, a sphere collider sweeping through it, 24 fps. Blender bakes it

@@ -19,7 +19,7 @@ both).
 Step totals are thread CPU time (ms_per_step_median), detect_ms / solve_ms
 SelfCollision's wall timers. The 32x32 rows also give detect_ms_quiet, the
 median over the steps taken right after a fast probe step (common.HostProbe:
-the host was quiet then); detect_ms stays the figure of record.
+the machine was uncontended then); detect_ms stays the figure of record.
 """
 
 import sys
@@ -52,8 +52,8 @@ def run_steps(model, state, inputs_at, params, warm, steps, sc=None):
 def run_paired(runs, warm, steps):
     """run_steps for several (model, state, inputs_at, params, sc) in
     lockstep: step i of each, then step i + 1 of each. A ratio of two runs
-    then compares steps taken a few milliseconds apart, not minutes apart:
-    this VM's speed drifts by half within minutes. A probe step before
+    then compares steps taken a few milliseconds apart, not minutes apart,
+    which a shared machine's drifting speed cannot skew. A probe step before
     each round (common.HostProbe) tags it as quiet or contended: the fifth
     item is (median detect ms of the quiet rounds, their count)."""
     out = [([], [], []) for _ in runs]
@@ -208,10 +208,9 @@ def main():
 
 def layered_rows():
     """The layered scene with cached and with live contacts, each against
-    the scene without self collision, each pair in its own lockstep: with
-    the live run's 14 ms steps interleaved (one three-way lockstep, until
-    the fifteenth session) the two short steps ran slower and their ratio
-    read 1.26-1.31 where the pair alone reads 1.32-1.36."""
+    the scene without self collision, each pair in its own lockstep: the
+    live run's long steps interleaved with the two short ones would slow
+    them and skew their ratio."""
     cached_run = layered_run(True)
     live_run = layered_run(False, live=True)
     (off, _, _, _, _), (cached, _, sol, _, _) = run_paired([layered_run(False), cached_run], 30, 120)

@@ -5,8 +5,9 @@ proxy, or the render mesh simplified to 2000 vertices (Blender's Decimate
 through scene.simmesh). Every step includes skinning the dense mesh.
 Also: binding time for 10k and 100k dense vertices.
 
-One JSON line per case (see DEVELOPERS.md). Reference (the ISPC seed, one
-thread, i7-13650HX, skinning on the GPU): 1.387 / 0.300 / 0.281 ms. Each row
+One JSON line per case (see DEVELOPERS.md). The reference solver's own
+published figures (ISPC, one thread, skinning on the GPU): 1.387 / 0.300 /
+0.281 ms. Each row
 runs twice: with Drape's defaults (stretch limits on; the scene names as
 before) and, named "..., tethers only", with the reference's constraints
 (stretch, shear, bending, tethers; no stretch limits, which the reference
@@ -64,7 +65,7 @@ def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_li
                 probes.append(probe.time_ms())
             # The wall clock is read around the step and around the skinning,
             # and the thread clock between them is left out of both: reading
-            # it is a system call (~0.7 us on this VM), not per-step cost.
+            # it is a system call, not per-step cost.
             c0 = time.thread_time()
             t0 = time.perf_counter()
             solver.step(model, state, inputs, DT, params)

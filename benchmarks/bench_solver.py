@@ -47,8 +47,8 @@ def settled_hanging_ratio(nx, substeps, tethers, steps=240, limits=True):
 def swinging(nx, substeps, tethers, warmup=120, measured=240, scene="hanging_sheet_swinging_capsule",
              limits=True, repeats=1):
     """Per-step times over `repeats` blocks of `measured` steps (the capsule
-    keeps swinging between them; a 1 s pause before each). This VM shares its
-    host: in some stretches of a minute every step runs ~1.5x slower, so the
+    keeps swinging between them; a 1 s pause before each). On a shared
+    machine some stretches of a minute run every step slower, so the
     lowest of the blocks' medians is reported as well; the contention
     switches faster than a block, though (common.HostProbe), so each
     measured step follows one probe step and the median of the steps after

@@ -9,7 +9,7 @@ import numpy as np
 
 
 def emit(**fields):
-    """Print one JSON line (one benchmark case), with the host's speed just
+    """Print one JSON line (one benchmark case), with the machine's speed just
     after it (host_calibration_ms, see host_calibration_ms())."""
     fields.setdefault("host_calibration_ms", host_calibration_ms())
     print(json.dumps(fields, sort_keys=False), flush=True)
@@ -17,18 +17,15 @@ def emit(**fields):
 
 class HostProbe:
     """One step of a fixed small case, timed: a 32x32 sheet hanging from its
-    top row, default settings, 2 substeps, no collider (~0.08 ms a step on
-    an uncontended host).
+    top row, default settings, 2 substeps, no collider.
 
-    This VM shares its cores: timed back to back, the probe runs at ~0.083
-    ms or at ~0.12-0.13 ms and switches between the two every few tens of
-    milliseconds (2026-11-30: 40 blocks of 180 steps, block medians 0.083
-    in 8, 0.105-0.131 in the rest). Interleaved with the 100x100 bench
-    case, the steps right after a fast probe had a median of 0.85 ms, those
-    after a slow one 1.18 ms, in one run.
-    So each measured step of a case can be tagged with the probe before it
-    (quiet_median) and each JSON line carries the host's speed just after
-    the case (host_calibration_ms), to compare runs from different hours."""
+    On a machine that shares its cores the probe's time can switch between
+    a fast and a slow state every few tens of milliseconds, and the steps
+    of a case measured right after a slow probe are slower too. So each
+    measured step of a case can be tagged with the probe before it
+    (quiet_median) and each JSON line carries the machine's speed just
+    after the case (host_calibration_ms), to compare runs from different
+    hours."""
 
     _shared = None
 
@@ -41,7 +38,7 @@ class HostProbe:
                                         self.params)
         self.state = self.model.new_state()
         self.count = 0
-        self.seen = []  # every probe time so far (ms): their low end is the quiet host
+        self.seen = []  # every probe time so far (ms): their low end is the uncontended machine
         for _ in range(100):
             self.time_ms()
 
@@ -69,7 +66,7 @@ class HostProbe:
         return ms
 
     def quiet_limit_ms(self, room=1.15):
-        """A probe at most this long ran on a quiet host: `room` over the
+        """A probe at most this long ran uncontended: `room` over the
         fastest fiftieth of every probe this process timed (a case measured
         wholly in a contended stretch then has few quiet steps or none,
         rather than calling its slow steps quiet)."""

@@ -1,7 +1,7 @@
 """Crossing triangle pairs of the demo's layered skirts, summed over every 6th
 frame of a baked out/demo.blend: between the skirt and the overskirt, within
 each. The frame-72 counts `make demo` prints are one sample of a chaotic
-result (see DEVELOPERS.md, "Rounding and the demo's skirts"); the sums over
+result (the pair is chaotic in rounding); the sums over
 the walk, over a few `tools/demo.py --nudge-gravity` runs, are what to compare.
 
     .venv/bin/python benchmarks/demo_crossings.py [out/demo.blend]
@@ -24,7 +24,7 @@ def world_mesh(name):
     """(n, 3) world positions and (t, 3) triangles of the evaluated object,
     split as Blender splits the deformed faces (tools/demo.py's world_mesh
     returns polygons, which quality.triangulate fans: another split, other
-    counts; the sums in DEVELOPERS.md were taken with this one)."""
+    counts: compare sums taken with this one only)."""
     ob = bpy.data.objects[name]
     ev = ob.evaluated_get(bpy.context.evaluated_depsgraph_get())
     me = ev.to_mesh()

@@ -666,13 +666,11 @@ def main(argv=None):
     # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
     # The pair is chaotic in rounding (one ulp, or --nudge-gravity 1e-6,
     # changes the run): judge a change by the crossings summed over the walk
-    # (benchmarks/demo_crossings.py) over a few nudged runs; DEVELOPERS.md,
-    # "Rounding and the demo's skirts". Without the order (--no-layer-order)
-    # the legs squeeze both layers onto the same capsules and the pair falls
-    # apart. 10 substeps: crossings over the walk (between the layers /
-    # within the skirt / within the overskirt) 233 / 82 / 71 at 6 and
-    # 91-166 / 49-56 / 0 at 10 over four nudges, and no slower a bake (the
-    # detection, once a step, is most of the skirts' step).
+    # (benchmarks/demo_crossings.py) over a few nudged runs. Without the
+    # order (--no-layer-order) the legs squeeze both layers onto the same
+    # capsules and the pair falls apart. 10 substeps: fewer crossings over
+    # the walk than 6 (compare with demo_crossings.py), and hardly a slower
+    # bake, since the detection, once a step, is most of the skirts' step.
     for obj in (skirt, overskirt):
         make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=10)
     if not args.no_layer_order:
@@ -685,10 +683,9 @@ def main(argv=None):
         s.drape_collider.kind = "CAPSULE"
         s.drape_collider.radius_start = s.drape_collider.radius_end = 0.05
     # A dense tablecloth (12k vertices) simulated on an automatic 3,000-vertex simplification.
-    # 12 substeps: at 6 the cloth draped over the table's edge settled
-    # stretched there (edges up to +128 % on the simulated mesh at frame 24,
-    # 121 over +20 %; friction off changed nothing, stretch limits off made it
-    # +255 %); at 12, +45 % and 11 edges. Nothing is pinned, so no tethers.
+    # 12 substeps: at fewer the cloth draped over the table's edge settles
+    # stretched there (the solve's convergence, not friction; compare with
+    # benchmarks/quality.py). Nothing is pinned, so no tethers.
     make_cloth(tablecloth, "", self_collision=True, substeps=12, tethers=False,
                sim_source="AUTO", vertex_budget=3000)
     cloths = [cape, skirt, overskirt, flag, tablecloth]

@@ -103,8 +103,8 @@ def _child(mode, zip_path, grid):
 
 
 def _run_child(mode, zip_path, grid, user):
-    # Blender writes .pyc files (numba's own ~200 modules compile from source in
-    # ~1 s otherwise), so a PYTHONDONTWRITEBYTECODE of the dev shell is dropped.
+    # Blender writes .pyc files (numba's own modules would compile from source
+    # in every run otherwise), so a PYTHONDONTWRITEBYTECODE of the dev shell is dropped.
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     env["BLENDER_USER_RESOURCES"] = str(user)
@@ -115,7 +115,7 @@ def _run_child(mode, zip_path, grid, user):
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
         sys.exit(f"drape: the {mode} run failed: {' | '.join(tail)}")
     result = json.loads(lines[-1])
-    result["load_avg_1min"] = os.getloadavg()[0]  # the dev machine is shared: say how busy it was
+    result["load_avg_1min"] = os.getloadavg()[0]  # a shared machine: say how busy it was
     return result
 
 
@@ -125,7 +125,7 @@ def main():
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--zip", type=pathlib.Path, help="an extension zip for this platform (default: build one)")
-    parser.add_argument("--cold", type=int, default=2, help="cold runs (each recompiles: ~20 s)")
+    parser.add_argument("--cold", type=int, default=2, help="cold runs (each recompiles the solver)")
     parser.add_argument("--warm", type=int, default=5, help="warm runs")
     parser.add_argument("--grid", type=int, default=24, help="sheet of grid x grid vertices")
     args = parser.parse_args()
