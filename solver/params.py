@@ -96,8 +96,8 @@ class ClothParams:
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0
 
-    # Reserved: every cloth is solved on one thread today (see above); values
-    # > 1 are accepted and currently run single-threaded.
+    # Not read by the solver: every cloth is solved on one thread whatever
+    # this says (see above), and validate() does not check it.
     threads: int = 1
 
     def validate(self):

@@ -6,9 +6,9 @@ One `SelfCollision` per model. The step calls it twice:
   step is predicted (``vel * dt + gravity * dt**2``) and taken relative to the
   cloth's mean displacement, so a cloth carried along as a whole produces no
   candidates. Triangles' swept boxes, fattened by half the thickness plus the
-  margin, go through a uniform grid (the broad phase; a BVH is kept for
-  comparison, see ``broad_phase``); surviving triangle pairs more than two
-  rings apart are tested feature by feature (the narrow phase):
+  margin, go through the broad phase (by default "patch": patches of the
+  rest mesh, see ``broad_phase`` for the others); surviving triangle pairs
+  more than two rings apart are tested feature by feature (the narrow phase):
 
   * point-point (regions set to ``MODE_POINT_POINT``), storing the normal at
     step start;
