@@ -19,6 +19,10 @@ ifeq ($(BLENDER),)
 else
 	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" $(PYTEST_ARGS)
 endif
+	@# The solver once more compiled for a generic x86-64 (no host-specific
+	@# features), in its own numba cache: the portable code paths run in CI too.
+	NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
+		$(VENV_PY) -m pytest -p no:pytest-blender tests/solver $(PYTEST_ARGS)
 
 # Everything except the scenario tests marked slow.
 test-fast: venv
