@@ -5,6 +5,8 @@ milliseconds when its thread pool competes with numba's."""
 import numpy as np
 from numba import njit
 
+from ..solver import jit  # noqa: F401  (compiled as the solver is: see solver/jit.py)
+
 
 @njit(cache=True, fastmath=True, nogil=True)
 def _affine_kernel(points, m, out):

@@ -15,6 +15,8 @@ Build once, step many, read positions::
 ``solve(pos, prev_pos)`` (called every substep iteration, before colliders).
 """
 
+# First: how every kernel is compiled (see jit.py), before any is.
+from . import jit  # noqa: F401, I001
 from .model import Model, State, build_model
 from .params import Capsules, ClothParams, Planes, SolverError, StepInputs
 from .step import step

@@ -19,11 +19,9 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from . import selfcollision_kernels as SCK
+from .jit import FLAT
+from .jit import KERNEL as JIT
 from .shared import NoAliasCompiler, compact_flags
-
-# fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
-JIT = dict(cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy", nogil=True)
-FLAT = dict(JIT, _nrt=False)
 
 
 class compiled_fast:

@@ -19,6 +19,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
+from .jit import FAST
 from .shared import NoAliasCompiler, compact_flags, prefer_scalar_loads, renamed
 
 KIND_POINT_POINT = 0
@@ -67,7 +68,7 @@ SLOT_OFF = 0
 SLOT_ON = 1
 SLOT_STALE = 2
 
-_JIT = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+_JIT = FAST
 # Helpers that allocate nothing compile without numba's reference counting
 # (_nrt=False): called with arrays, each call otherwise made an atomic
 # increment and decrement per array argument, a quarter of the detection

@@ -15,6 +15,8 @@ from numba.core.compiler import Compiler
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
+from .jit import EXACT_FLAT
+
 # AMD Zen hosts gather slowly: a 16-lane AVX-512 gather of float32 takes
 # ~5.8 ns on the Zen 4 host, 16 scalar loads put into a vector ~3 ns.
 # numba compiles for the host CPU by this name (NUMBA_CPU_NAME overrides
@@ -77,7 +79,7 @@ def renamed(fn, name):
     return copy
 
 
-@njit(cache=True, error_model="numpy", nogil=True, _nrt=False)
+@njit(**EXACT_FLAT)
 def _compact_words(sel, out):
     """compact_flags read as uint64 words: a zero word (eight vertices far
     from every capsule, eight contacts clear of their triangles) costs one
@@ -152,7 +154,7 @@ def _compress64(typingctx, sel, base, out, count):
     return nb_types.int64(sel, base, out, count), codegen
 
 
-@njit(cache=True, error_model="numpy", nogil=True, _nrt=False)
+@njit(**EXACT_FLAT)
 def _compact_blocks(sel, out):
     """compact_flags on an AVX-512 host (see COMPRESS_FLAGS): 64 flags a
     block, a block with none set skipped, the last items (fewer than 64)

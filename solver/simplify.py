@@ -13,6 +13,8 @@ hem, loops stay loops, and corners (sharp turns of the hem) are always kept.
 import numpy as np
 from numba import njit
 
+from .jit import PLAIN
+
 __all__ = [
     "boundary_edges",
     "boundary_loops",
@@ -46,7 +48,7 @@ def boundary_edges(face_indices, face_sizes):
     return edges[counts[inverse] == 1]
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def _walk_loops(n_vertices, starts, ends):
     """Follow next[a] = b around every boundary loop; -1 marks vertices with
     more than one outgoing boundary edge (non-manifold), whose loops are left

@@ -40,6 +40,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .jit import FAST
 from .shared import NoAliasCompiler, prefer_scalar_loads
 
 __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
@@ -185,7 +186,7 @@ _TINY = np.float32(1e-30)
 _U1 = np.uint64(1)
 _U2 = np.uint64(2)
 _U3 = np.uint64(3)
-_KERNEL = dict(cache=True, fastmath=True, error_model="numpy")
+_KERNEL = FAST
 
 
 @njit(inline="always", fastmath=True)

@@ -6,6 +6,7 @@ import heapq
 import numpy as np
 from numba import njit
 
+from .jit import PLAIN
 from .params import SolverError
 
 GEOM_EPS = 1e-12
@@ -133,7 +134,7 @@ def bending_energy(positions, idx, k, rest_norm, compliance=1.0):
     return 0.5 * float(np.sum(c * c)) / compliance
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def _greedy_colour(idx, n_vertices, words):
     m, arity = idx.shape
     used = np.zeros((n_vertices, words), dtype=np.uint64)
@@ -185,7 +186,7 @@ def colour_order(idx, n_vertices):
     return order, offsets
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def _dijkstra(indptr, nbr, wgt, sources, n):
     dist = np.full(n, np.inf)
     origin = np.full(n, -1, dtype=np.int64)
@@ -246,7 +247,7 @@ def geodesic_tethers(rest, edges, anchors):
 STRETCH_LIMIT_SPANS = (4, 12)
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def _straight_walks(rest, indptr, nbr, spans, min_cos):
     """From every vertex along each of its edges, keep going straight: at each
     vertex take the neighbour whose direction is closest to the last step's

@@ -1,0 +1,62 @@
+"""How the solver's numba code is compiled: the options its kernels share,
+and the one change Drape makes to numba's code generation.
+
+Imported by ``drape.solver`` before any kernel module, so it holds for every
+kernel compiled in the process (``scene/_kernels.py`` imports the package
+too).
+
+Calls into other compiled functions run each library's own copy
+--------------------------------------------------------------
+numba links a called njit function into its caller's LLVM module as a
+``linkonce_odr`` copy, optimised again inside the caller. The JIT engine
+then resolves every such symbol to the first definition it loaded: in a
+process that compiles, the callee's own library (compiled first); in a
+process that loads from numba's disk cache, whichever cached library that
+holds a copy was called first. The copies are not the same machine code
+(each is optimised in its own module, under fastmath reassociation), so the
+same build rounded differently cold and warm, and the layered skirts drifted
+apart within a few frames. Linked copies are made ``internal`` before the
+caller's module is optimised: each library then always runs its own copies,
+and a library loaded from the cache behaves exactly as when it was compiled
+(tests/solver/test_determinism.py). The change keeps the semantics of any
+numba code (the ODR copies were interchangeable by contract) and only
+removes the sharing between libraries.
+"""
+
+from llvmlite import binding as _ll
+from numba.core import codegen as _codegen
+
+# fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
+FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
+# The step kernels: float32 fastmath that keeps NaN/Inf tests, no Python
+# zero-division checks, the GIL released.
+KERNEL = dict(cache=True, fastmath=set(FASTMATH), error_model="numpy", nogil=True)
+# Self collision and skinning: full fastmath (their inputs are checked for
+# NaN/Inf before they run).
+FAST = dict(cache=True, fastmath=True, error_model="numpy", nogil=True)
+# Kernels that allocate nothing: without numba's reference counting an array
+# argument costs no atomic increment and decrement per call.
+FLAT = dict(KERNEL, _nrt=False)
+# No fastmath at all: set-up code (topology, mesh simplification) and
+# integer kernels, where speed matters less than plain IEEE results.
+PLAIN = dict(cache=True)
+EXACT_FLAT = dict(cache=True, error_model="numpy", nogil=True, _nrt=False)
+
+
+def _internalize_linked_copies():
+    cls = _codegen.CPUCodeLibrary
+    if getattr(cls, "_drape_internal_copies", False):
+        return
+    optimize = cls._optimize_final_module
+
+    def _optimize_final_module(self):
+        for fn in self._final_module.functions:
+            if not fn.is_declaration and fn.linkage == _ll.Linkage.linkonce_odr:
+                fn.linkage = _ll.Linkage.internal
+        optimize(self)
+
+    cls._optimize_final_module = _optimize_final_module
+    cls._drape_internal_copies = True
+
+
+_internalize_linked_copies()
