@@ -17,7 +17,7 @@ def test_missing_python_is_one_line(tmp_path):
     proc = _venv(tmp_path / "no-such-python", tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Python 3.11 is needed" in lines[0] and "was not found" in lines[0]
+    assert len(lines) == 1 and "no-such-python" in lines[0] and "does not run" in lines[0]
 
 
 def test_wrong_python_version_is_one_line(tmp_path):
