@@ -48,14 +48,16 @@ def register():
     _configure_numba_cache()
     for module in _modules():
         module.register()
-    from .scene import compat
+    from .scene import compat, warmup
 
     compat.unregister_at_exit(unregister)
+    warmup.start(__package__)  # the solver compiles in background processes (scene/warmup.py)
 
 
 def unregister():
-    from .scene import compat
+    from .scene import compat, warmup
 
+    warmup.stop()
     compat.cancel_unregister_at_exit(unregister)
     compat.forget_incompatibility()
     for module in reversed(_modules()):

@@ -818,6 +818,9 @@ class BakeJob:
     def run(self):
         """Validates, steps every frame and finishes; on any failure
         everything is as before and the exception is raised again."""
+        from ..scene import warmup
+
+        warmup.wait_for(self.scene)  # the frame handler skips frames while the solver compiles
         self.validate()
         self.begin()
         try:

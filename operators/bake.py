@@ -19,6 +19,7 @@ from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from ..bake import install, job as bake_job
 from ..bake.settings import TARGETS
+from ..scene import warmup
 
 _OBJECTS = (
     ('ACTIVE', "Active", "The active object"),
@@ -137,6 +138,10 @@ class DRAPE_OT_bake(bpy.types.Operator):
             return {'CANCELLED'}
         if event.type != 'TIMER':
             return {'PASS_THROUGH'}
+        if not warmup.ready(warmup.needed_by(context.scene)):
+            # The frame handler skips frames while the solver compiles in the background.
+            self._status(context, (warmup.status_line(context.scene) or "Compiling the solver…") + "  (Esc cancels)")
+            return {'RUNNING_MODAL'}
         try:
             t_end = time.perf_counter() + _TICK_BUDGET_MS / 1e3
             done = job.step()

@@ -9,7 +9,7 @@ import textwrap
 
 import bpy
 
-from ..scene import runtime
+from ..scene import compat, runtime, warmup
 
 PRESET_SUBDIR = "drape/cloth"
 BUILTIN_PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "cloth")
@@ -59,6 +59,9 @@ def _draw_main(self, context):
     if obj is None or obj.type != 'MESH':
         layout.label(text="Select a mesh to simulate", icon='INFO')
         return
+    problem = compat.incompatibility()
+    if problem:
+        _label_wrapped(layout.column(align=True), problem, 'ERROR')
     s = obj.drape
     if not s.enabled:
         layout.operator("drape.cloth_add", icon='MOD_CLOTH')
@@ -75,6 +78,9 @@ def _draw_main(self, context):
     col.prop(s, "gravity_scale")
     box = layout.box()
     entry = runtime.get(obj)
+    compiling = warmup.status_line(context.scene)
+    if compiling:
+        _label_wrapped(box.column(align=True), compiling, 'SORTTIME')
     if runtime.is_baked(obj):
         box.label(text="Baked: playing the bake", icon='CHECKMARK')
     elif entry is None:

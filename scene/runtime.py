@@ -42,7 +42,7 @@ import numpy as np
 from bpy.app.handlers import persistent
 
 from . import colliders as colliders_mod
-from . import meshdata, params, wind, writeback
+from . import compat, meshdata, params, warmup, wind, writeback
 from .meshdata import DrapeInputError
 
 # Playback that skips more frames than this does not catch up step by step.
@@ -670,6 +670,9 @@ def _message(exc, objs):
         return params.solver_message(objs[0], exc)
     if isinstance(exc, ValueError):
         return f"'{name}': {exc}"
+    untested = compat.failure_message(exc)
+    if untested != str(exc):  # an API this Blender no longer has: one line naming the version
+        return untested
     return f"'{name}': Drape failed ({type(exc).__name__}: {exc})"
 
 
@@ -721,6 +724,9 @@ def update_scene(scene, depsgraph):
             writeback.clear_result(obj)
         alive.add(obj.drape.uid)
     for objs in units:
+        if not warmup.ready_for(objs, scene):  # still compiling in the background: left as it is
+            alive.update(o.drape.uid for o in objs)
+            continue
         try:
             sim = update_sim(objs, scene, depsgraph, taken)
         except Exception as exc:  # noqa: BLE001 - a handler must never raise
