@@ -13,20 +13,14 @@ with too few vertices on a bone) the bone's envelope radii are used.
 import bpy
 import numpy as np
 
-from . import meshdata
+from . import compat, meshdata
 
 COLLECTION = "Drape Colliders"
 _MIN_VERTICES = 6
 
 
 def _bone_selected(arm_obj, bone):
-    """Bone selection moved from Bone to PoseBone/EditBone in Blender 5.0;
-    Blender 4.2-4.5 keep it on Bone."""
-    pose_bone = arm_obj.pose.bones.get(bone.name) if arm_obj.pose else None
-    selected = getattr(pose_bone, "select", None)
-    if selected is None:
-        selected = getattr(bone, "select", False)
-    return bool(selected)
+    return compat.bone_selected(arm_obj, bone.name)
 
 
 def deform_bones(arm_obj, only_selected=False, min_length=0.0):

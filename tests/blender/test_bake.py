@@ -413,13 +413,13 @@ def test_free_restores_the_live_mesh(shot):
     assert own.mute and not rig.show_viewport
     assert bpy.ops.drape.bake_free() == {'FINISHED'}
     assert not own.mute and [k.name for k in obj.data.shape_keys.key_blocks] == ["Basis", "Bulge"]
-    from bpy_extras import anim_utils
+    from drape.scene import compat
 
     anim = obj.data.shape_keys.animation_data
     assert anim.action == artist_action
-    bag = anim_utils.action_get_channelbag_for_slot(anim.action, anim.action_slot)
-    assert [fc.data_path for fc in bag.fcurves] == ['key_blocks["Bulge"].value']
-    assert len(bag.fcurves[0].keyframe_points) == 2
+    fcurves = list(compat.animation_fcurves(anim))
+    assert [fc.data_path for fc in fcurves] == ['key_blocks["Bulge"].value']
+    assert len(fcurves[0].keyframe_points) == 2
     obj.shape_key_clear()
     bake_job.run_blocking(shot["scene"], [obj], 1, 24, log=None)
     bpy.context.view_layer.objects.active = obj

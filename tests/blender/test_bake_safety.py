@@ -219,13 +219,9 @@ def _full_snapshot(objs, folder):
 
 
 def _action_fcurves(action):
-    if hasattr(action, "layers") and len(action.layers):
-        for layer in action.layers:
-            for strip in layer.strips:
-                for bag in strip.channelbags:
-                    yield from bag.fcurves
-    elif hasattr(action, "fcurves"):
-        yield from action.fcurves
+    from drape.scene import compat
+
+    return compat.action_fcurves(action)
 
 
 def _rollback_shot(tmp_path, target):

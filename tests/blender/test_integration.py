@@ -10,7 +10,7 @@ import bpy
 import numpy as np
 import pytest
 
-from drape.scene import colliders, meshdata, runtime, wind, writeback
+from drape.scene import colliders, compat, meshdata, runtime, wind, writeback
 
 
 # --------------------------------------------------------------------------- helpers
@@ -225,11 +225,7 @@ def test_capsules_from_selected_bones_only(empty_scene):
     arm = bpy.context.active_object
     wanted = {"forearm.L", "shin.R"}
     for pb in arm.pose.bones:
-        selected = pb.name in wanted
-        if hasattr(pb, "select"):
-            pb.select = selected
-        else:
-            arm.data.bones[pb.name].select = selected
+        compat.bone_select_set(arm, pb.name, pb.name in wanted)
     bpy.ops.drape.capsules_from_armature(only_selected=True)
     made = {o.get("drape_bone") for o in empty_scene.objects if o.drape_collider.kind == 'CAPSULE'}
     assert made == wanted
