@@ -286,7 +286,8 @@ def test_zip_holds_the_addon_and_its_linux_wheels_only(extension_zip):
             assert sum(1 for w in wheels if w.startswith(f"wheels/{package}-{version}-{abi}-{abi}-")
                        and "x86_64" in w and "linux" in w) == 1, (package, abi, wheels)
 
-    banned_dirs = ("tests/", "benchmarks/", "tools/", "docs/", "dist/", "out/", ".git/", ".venv/", ".ci/")
+    banned_dirs = ("tests/", "benchmarks/", "tools/", "docs/", "dist/", "out/", ".git/", ".venv/", ".ci/",
+                   "requirements/")
     offenders = [n for n in names if n.startswith(banned_dirs)
                  or "__pycache__/" in n or n.endswith((".pyc", ".nbi", ".nbc", ".blend1", ".zip", ".log"))
                  or any(part.startswith(".") for part in n.split("/"))
