@@ -1327,8 +1327,8 @@ def to_aos4(pos, p4):
 # constraint updates add 0 * their correction to it), and the two passes
 # below add it to x: reading all four items of a record lets LLVM load whole
 # records and shuffle them apart. Reading three, it gathered each row (three
-# gathers per 16 vertices), which on AMD Zen 4 cost: 2.5 -> 0.9 us here and
-# 4.2 -> 1.8 us in _from_aos4_flags for 2,116 vertices.
+# gathers per 16 vertices), more than twice as slow on CPUs that gather
+# slowly (AMD Zen), here and in _from_aos4_flags.
 @njit(**FLAT)
 def from_aos4(p4, pos):
     n = np.uint64(pos.shape[1])

@@ -17,8 +17,8 @@ from numba.extending import intrinsic
 
 from .jit import EXACT_FLAT
 
-# AMD Zen hosts gather slowly: a 16-lane AVX-512 gather of float32 takes
-# ~5.8 ns on the Zen 4 host, 16 scalar loads put into a vector ~3 ns.
+# AMD Zen CPUs gather slowly: a 16-lane AVX-512 gather of float32 costs
+# about twice as much as 16 scalar loads put into a vector.
 # numba compiles for the host CPU by this name (NUMBA_CPU_NAME overrides
 # it), and its cache keeps code per CPU name and features.
 _CPU = numba.config.CPU_NAME
@@ -51,8 +51,8 @@ def prefer_scalar_loads(typingctx):
     compiler's own features plus the tuning flag; a function's attribute
     replaces the features it is compiled with, not adds to them).
 
-    Measured on the Zen 4 host (cached layered bench, contact solve): the
-    filter and row passes ~25% faster than with gathers."""
+    `make bench-selfcollision`'s cached layered row shows it: the contact
+    solve's filter and row passes are faster with scalar loads on Zen."""
     def codegen(context, builder, signature, args):
         if SLOW_GATHERS:
             features = getattr(context.codegen(), "_tm_features", "")

@@ -740,13 +740,11 @@ def _apply_pins(pinned, pin_weight, targets, out):
 
 # The dense pass reads each corner through index arrays: NoAliasCompiler
 # (solver.shared) lets LLVM vectorise it anyway (it could read what the loop
-# wrote). On the Intel host of the earlier sessions that took 3.9 ns per
-# dense vertex against 6.4 scalar (45x45 proxy, 10,201 dense vertices). On
-# AMD Zen 4 each of its 18 corner reads vectorised as a gather cost as much
-# as the scalar loads it replaced (6.5 ns either way; a scalar pass with the
-# tangent planes as n . q = d, 5.5 ns, ran there in the thirteenth session):
-# with prefer_scalar_loads the loads are scalar and the arithmetic stays
-# vectorised, 3.8 ns.
+# wrote), well ahead of the scalar pass on CPUs with fast gathers. Where
+# gathers are slow (AMD Zen) its 18 corner reads as gathers cost as much as
+# the scalar loads they replace; with prefer_scalar_loads the loads are
+# scalar and the arithmetic stays vectorised, the fastest of the three
+# (`make bench-simmesh`).
 @njit(pipeline_class=NoAliasCompiler, **_KERNEL)
 def _skin_vertices(kind, coarse, alpha, corners, bary, offset, out, lo, hi):
     """Dense vertices lo..hi-1, in order, with the cheapest formula that
@@ -807,9 +805,8 @@ def _skin_parallel(pos, tris, corner_weight, alpha, unit_faces, kind, corners, b
     """_skin_serial with the dense pass split over threads in chunks (same
     formulas). Each chunk is a call of _skin_vertices: its own function,
     so it keeps prefer_scalar_loads' tuning (inlined into the prange body,
-    which numba outlines, the dense loop gathered: 2 threads took
-    0.17-0.29 ms, as long as 1 thread's 0.17 ms, on 40,401 dense vertices
-    on Zen 4; per chunk 0.12-0.13 ms)."""
+    which numba outlines, the dense loop gathered and 2 threads were no
+    faster than 1 on Zen)."""
     out = out.reshape(out.size)
     _coarse_frame(pos[0], pos[1], pos[2], tris, corner_weight, unit_faces, coarse)
     m = corners.shape[1]
