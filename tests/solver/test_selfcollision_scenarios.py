@@ -164,12 +164,10 @@ def test_sheet_dropped_flat_piles_up_without_intersections():
 
 @pytest.mark.slow
 def test_dropped_pile_does_not_tangle():
-    # At one iteration per substep the pile still crosses. When that was the
-    # test above, as an expected failure, it hid a regression for a
-    # session: at EE_REACH 2 the worst frame went from 557 to 16,896
-    # crossing pairs (3.6 million contacts in a step). This keeps it in the
-    # few hundreds it has had since the frozen contacts were written
-    # (457-568).
+    # At one iteration per substep the pile still crosses; an expected
+    # failure would hide a regression that multiplies the crossings (a
+    # larger edge-edge reach once took the worst frame from hundreds to
+    # tens of thousands of pairs). This keeps it in the few hundreds.
     worst, most, top = _dropped_pile(1)
     assert top > 0.04, "it did not pile up"
     assert worst < 1500
