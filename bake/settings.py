@@ -4,6 +4,8 @@ import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 from bpy.types import PropertyGroup
 
+from ..scene import compat
+
 TARGETS = (
     ('SHAPE_KEYS', "Shape Keys", "One shape key per frame, keyed so exactly one is on at each frame "
      "(exports as glTF morph-target animation)"),
@@ -23,6 +25,7 @@ class DrapeBakeSettings(PropertyGroup):
         description="Folder for PC2/Alembic files; '//' means relative to the saved .blend",
         default="//drape_cache/",
         subtype='DIR_PATH',
+        options=compat.blend_relative_path_options(),
     )
     use_scene_range: BoolProperty(name="Scene frame range", default=True,
                                   description="Bake the scene's frame range; off: the range below")

@@ -207,3 +207,13 @@ def forget_incompatibility():
 
 def _line(version):
     return f"{version[0]}.{version[1]}"
+
+
+def blend_relative_path_options():
+    """The ``options`` a path StringProperty needs to accept a ``//`` (blend
+    relative) value without a warning. Blender 4.5+ warns on every assignment
+    unless the property says 'PATH_SUPPORTS_BLEND_RELATIVE'; 4.2 has no such
+    option and refuses it."""
+    if "is_path_supports_blend_relative" in bpy.types.Property.bl_rna.properties:
+        return {'PATH_SUPPORTS_BLEND_RELATIVE'}
+    return set()

@@ -234,3 +234,15 @@ def test_action_fcurves_are_the_curves_blender_plays(empty_scene):
     for fc in fcurves:
         assert fc.evaluate(3.0) == pytest.approx(obj.location[fc.array_index])
     assert tuple(obj.location) == pytest.approx((1.0, 0.5, 0.0))
+
+
+def test_a_blend_relative_cache_folder_is_accepted_without_a_warning(empty_scene, tmp_path):
+    import warnings
+
+    bpy.ops.wm.save_as_mainfile(filepath=str(tmp_path / "shot.blend"))
+    obj = _grid()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 4.5+ warns on '//' unless the property allows it
+        obj.drape_bake.folder = "//cache/cloth/"
+    assert obj.drape_bake.folder == "//cache/cloth/"
+    assert bpy.path.abspath(obj.drape_bake.folder) == str(tmp_path / "cache" / "cloth") + "/"
