@@ -19,11 +19,11 @@ ifeq ($(BLENDER),)
 else
 	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" $(PYTEST_ARGS)
 endif
-	@# The solver once more compiled for a generic x86-64 (no host-specific
-	@# features), in its own numba cache: the portable code paths run in CI too.
-	@# The slow scenarios ran above on the host build; here the fast tests cover
-	@# every kernel, which keeps make test within its time.
-	NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
+	@# The solver once more with the portable switch (solver/hardware.py: a
+	@# generic CPU, every portable twin), in its own numba cache, so both
+	@# branches of each CPU-specific choice run in CI. The slow scenarios ran
+	@# above on the host build; here the fast tests cover every kernel.
+	DRAPE_PORTABLE=1 NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
 		$(VENV_PY) -m pytest -p no:pytest-blender tests/solver -m "not slow" $(PYTEST_ARGS)
 
 # Everything except the scenario tests marked slow.

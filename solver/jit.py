@@ -1,5 +1,7 @@
 """How the solver's numba code is compiled: the options its kernels share,
-and the one change Drape makes to numba's code generation.
+the compiler pieces they use (no-alias arguments, the SLP vectoriser, a
+second dispatcher of one function), and the one change Drape makes to
+numba's code generation. The CPU-specific code is in hardware.py.
 
 Imported by ``drape.solver`` before any kernel module, so it holds for every
 kernel compiled in the process (``scene/_kernels.py`` imports the package
@@ -23,8 +25,12 @@ numba code (the ODR copies were interchangeable by contract) and only
 removes the sharing between libraries.
 """
 
+import types
+
 from llvmlite import binding as _ll
 from numba.core import codegen as _codegen
+from numba.core import config as _numba_config
+from numba.core.compiler import Compiler
 
 # fastmath without 'nnan'/'ninf': the NaN/Inf guard must survive optimisation.
 FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
@@ -41,6 +47,54 @@ FLAT = dict(KERNEL, _nrt=False)
 # integer kernels, where speed matters less than plain IEEE results.
 PLAIN = dict(cache=True)
 EXACT_FLAT = dict(cache=True, error_model="numpy", nogil=True, _nrt=False)
+
+
+class compiled_fast:
+    """Context for calling the step kernels: whatever numba compiles inside
+    it is compiled with LLVM's SLP vectoriser on (numba leaves it off by
+    default), which turns the x, y, z, 0 record arithmetic of the fast
+    constraint kernels into 4-wide SIMD (bending ~76 -> ~40 instructions per
+    element). Scoped, so other numba code in the process keeps numba's
+    defaults. A kernel keeps the code of its first compilation, in the
+    process and in numba's cache: one first compiled outside this context
+    (a test calling it directly) may round differently when the step later
+    links it."""
+
+    def __enter__(self):
+        self.saved = _numba_config.SLP_VECTORIZE
+        _numba_config.SLP_VECTORIZE = 1
+
+    def __exit__(self, *exc):
+        _numba_config.SLP_VECTORIZE = self.saved
+        return False
+
+
+class NoAliasCompiler(Compiler):
+    """numba's compiler, declaring that no two array arguments overlap (what
+    parallel=True declares for its loop bodies when it can prove it). Without
+    it LLVM cannot vectorise a loop that writes several arrays and reads
+    others, or reads through an index array (it could read what the loop
+    wrote). Use it with @njit(pipeline_class=NoAliasCompiler) and pass only
+    disjoint arrays (distinct rows of one 2-D array are disjoint)."""
+
+    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
+        flags = flags.copy()
+        flags.noalias = True
+        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
+
+
+
+def renamed(fn, name):
+    """A copy of the plain function fn under another name, for a second
+    dispatcher of the same code (one serial, one parallel=True). numba's
+    cache names an entry after the function (qualified name and first line)
+    and keys it on the signature, not on the flags: two dispatchers of one
+    function shared one entry, and either could load the other's code."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = name
+    copy.__doc__ = fn.__doc__
+    return copy
+
 
 
 def _internalize_linked_copies():

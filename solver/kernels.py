@@ -9,72 +9,15 @@ Pipeline of a substep (Ten Minute Physics' three verbs):
   velocities (+ friction, clamp, NaN check).
 """
 
-import platform
-
 import numpy as np
-from llvmlite import ir
 from numba import njit
-from numba.core import config as numba_config
-from numba.core import types
-from numba.extending import intrinsic
 
-from . import selfcollision_kernels as SCK
+from .selfcollision import kernels as SCK
+from .hardware import compact_flags, rsqrt
 from .jit import FLAT
 from .jit import KERNEL as JIT
-from .shared import NoAliasCompiler, compact_flags
+from .jit import NoAliasCompiler
 
-
-class compiled_fast:
-    """Context for calling the kernels: whatever numba compiles inside it is
-    compiled with LLVM's SLP vectoriser on (numba leaves it off by default),
-    which turns the x, y, z, 0 record arithmetic of the fast constraint
-    kernels into 4-wide SIMD (bending ~76 -> ~40 instructions per element).
-    Scoped, so other numba code in the process keeps numba's defaults. A
-    kernel keeps the code of its first compilation, in the process and in
-    numba's cache: one first compiled outside this context (a test calling
-    it directly) may round differently when the step later links it (see
-    DEVELOPERS.md, lockstep A/B)."""
-
-    def __enter__(self):
-        self.saved = numba_config.SLP_VECTORIZE
-        numba_config.SLP_VECTORIZE = 1
-
-    def __exit__(self, *exc):
-        numba_config.SLP_VECTORIZE = self.saved
-        return False
-
-
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-
-
-@intrinsic
-def _rsqrt_estimate(typingctx, x):
-    """x86's rsqrtss: 1/sqrt(x) to 12 bits in one cheap instruction."""
-    sig = types.float32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        v4 = ir.VectorType(ir.FloatType(), 4)
-        vec = builder.insert_element(ir.Constant(v4, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
-        fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
-        return builder.extract_element(builder.call(fn, [vec]), ir.Constant(ir.IntType(32), 0))
-
-    return sig, codegen
-
-
-if _X86:
-    @njit(inline="always", cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
-    def rsqrt(x):
-        """1/sqrt(x) in float32: the estimate plus one Newton step (relative
-        error ~2e-7, float32's own). LLVM keeps sqrt + div on CPUs with a fast
-        sqrt unit; in the distance kernels this is ~11% faster. Needs x > 0
-        (rsqrt(0) is NaN here): callers clamp or skip."""
-        y = _rsqrt_estimate(x)
-        return y * (np.float32(1.5) - np.float32(0.5) * x * y * y)
-else:
-    @njit(inline="always", cache=True, fastmath={"nsz", "arcp", "contract", "afn", "reassoc"})
-    def rsqrt(x):
-        """1/sqrt(x) in float32 (portable version)."""
-        return np.float32(1.0) / np.sqrt(x)
 
 F0 = np.float32(0.0)
 F1 = np.float32(1.0)

@@ -41,7 +41,8 @@ import numpy as np
 from numba import njit, prange
 
 from .jit import FAST
-from .shared import NoAliasCompiler, prefer_scalar_loads
+from .hardware import prefer_scalar_loads
+from .jit import NoAliasCompiler
 
 __all__ = ["Binding", "bind", "skin", "triangulate", "vertex_normals"]
 
@@ -739,7 +740,7 @@ def _apply_pins(pinned, pin_weight, targets, out):
 
 
 # The dense pass reads each corner through index arrays: NoAliasCompiler
-# (solver.shared) lets LLVM vectorise it anyway (it could read what the loop
+# (solver.jit) lets LLVM vectorise it anyway (it could read what the loop
 # wrote), well ahead of the scalar pass on CPUs with fast gathers. Where
 # gathers are slow (AMD Zen) its 18 corner reads as gathers cost as much as
 # the scalar loads they replace; with prefer_scalar_loads the loads are

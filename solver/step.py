@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from . import kernels as K
+from .jit import compiled_fast
 from .params import _F32, _F64, ClothParams, SolverError
 
 _EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
@@ -18,7 +19,7 @@ _NO_LIST = np.zeros(0, dtype=np.uint32)
 # real (3, n) ones, so the kernels compile once for both and the row pass
 # stays vectorised (a strided (3, 1) view of prev made it 3x slower).
 _NO_FIELD = np.zeros((3, 1), dtype=np.float32)
-_FAST = K.compiled_fast()
+_FAST = compiled_fast()
 
 
 def _per_vertex(name, value, n, out=None):

@@ -11,7 +11,7 @@ import pytest
 from oracles import point_triangle_distance, segment_segment_distance
 
 from drape.solver import SolverError
-from drape.solver import selfcollision_kernels as sck
+from drape.solver.selfcollision import kernels as sck
 from drape.solver.selfcollision import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL,
                                         MODE_OFF, MODE_POINT_POINT, SelfCollision, merge_meshes, triangulate)
 
@@ -464,7 +464,7 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
 
 def test_compiled_step_solves_self_contacts_like_the_python_hook_path():
     # The default step solves a SelfCollision's frozen contacts inside the
-    # compiled step (solve_args + selfcollision_kernels.solve_serial); any
+    # compiled step (solve_args + selfcollision.kernels.solve_serial); any
     # other hook runs between the substeps from Python. The same contacts
     # must move the cloth the same way: two sheets 6 mm apart, the upper one
     # falling onto the lower (pinned at its corners).
@@ -542,7 +542,7 @@ def _edge_pair_pass(shift_x):
     """One edge-edge contact (frozen normal +z: edge 0-1 belongs 4 mm above
     edge 2-3): edge 0-1 along y at x = shift_x, z = 0; edge 2-3 along x from
     -1 to 0, 1 mm higher. Returns (active, correction of vertex 0)."""
-    from drape.solver import selfcollision_kernels as k
+    from drape.solver.selfcollision import kernels as k
     pos = np.array([[shift_x, -1.0, 0.0], [shift_x, 1.0, 0.0], [-1.0, 0.0, 0.001], [0.0, 0.0, 0.001],
                     [0.0, 0.0, -1.0], [1.0, 0.0, -1.0], [0.0, 1.0, -1.0]], np.float32).T.copy()
     args = (np.ones(7, np.float32), np.array([[0, 1, 2, 3]], np.int32), np.array([KIND_EDGE_EDGE], np.int8),
@@ -560,7 +560,7 @@ def test_edge_contact_whose_edges_slid_apart_sideways_is_stale():
     # pushes edge 0-1 up, to its side. Slid apart across the normal by more
     # than EE_REACH thicknesses (4 x 4 mm): the frozen normal no longer
     # separates anything and the contact must not act.
-    from drape.solver import selfcollision_kernels as k
+    from drape.solver.selfcollision import kernels as k
     active, move = _edge_pair_pass(-0.5)
     assert active == 1 and move[2] > 0
     reach = k.EE_REACH * 0.004
@@ -576,7 +576,7 @@ def test_contact_near_a_pinned_end_moves_no_vertex_farther_than_its_gap():
     # normal. The free end 1 alone can move; without a cap the contact moves
     # it |C| / 0.02 = 0.35 m (the demo skirt's waist edges threw a hem vertex
     # 0.12 m in one substep). With the cap it moves at most the gap, 7 mm.
-    from drape.solver import selfcollision_kernels as k
+    from drape.solver.selfcollision import kernels as k
     pos = np.array([[0.0, 0.0, 0.0], [0.0, -1.0, 0.0], [-1.0, -0.02, 0.003], [1.0, -0.02, 0.003]],
                    np.float32).T.copy()
     args = (np.array([0.0, 1.0, 0.0, 0.0], np.float32), np.array([[0, 1, 2, 3]], np.int32),
@@ -598,7 +598,7 @@ def _vt_pass(vertex, state):
     side of the fixed triangle (0,0,0), (1,0,0), (0,1,0), 4 mm off it),
     vertex 0 at `vertex`. state: the (1,) uint8 slot state, carried from pass
     to pass as the substeps carry it. Returns (state, correction of vertex 0)."""
-    from drape.solver import selfcollision_kernels as k
+    from drape.solver.selfcollision import kernels as k
     pos = np.array([vertex, [0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], np.float32).T.copy()
     args = (np.array([1.0, 0.0, 0.0, 0.0], np.float32), np.array([[0, 1, 2, 3]], np.int32),
             np.array([KIND_VERTEX_TRIANGLE], np.int8), np.array([[1.0, 0.0, 0.0]], np.float32),
@@ -610,7 +610,7 @@ def _vt_pass(vertex, state):
 
 
 def test_vertex_that_went_around_a_triangle_is_not_pulled_through_it():
-    from drape.solver import selfcollision_kernels as k
+    from drape.solver.selfcollision import kernels as k
     # Went around: 5 cm behind the plane but beside the triangle (the
     # contact is off), then slid under it. Pulling it back through from
     # there threw the demo's hem 10 cm in one substep; the contact stays off

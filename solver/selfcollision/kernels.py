@@ -19,8 +19,9 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 import numpy as np
 from numba import njit, prange
 
-from .jit import FAST
-from .shared import NoAliasCompiler, compact_flags, prefer_scalar_loads, renamed
+from ..jit import FAST
+from ..hardware import compact_flags, prefer_scalar_loads
+from ..jit import NoAliasCompiler, renamed
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1

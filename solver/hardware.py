@@ -1,8 +1,32 @@
-"""What the kernel modules share (a module of its own: kernels imports
-selfcollision_kernels, and both use it): numba compiler pieces and the
-flag compaction."""
+"""Every CPU-specific code path of the solver, chosen once here by
+architecture and by the features numba compiles for, each with a portable
+twin.
 
-import types
+The portable switch: ``DRAPE_PORTABLE=1`` in the environment (or numba's own
+``NUMBA_CPU_NAME=generic``) compiles every kernel for a generic CPU of the
+architecture and takes every portable twin below. ``make test`` runs the
+solver tests once more that way, so both branches of each choice run in CI.
+With the switch the solver compiles for numba's "generic" CPU name, so its
+cache entries never mix with a host build's.
+
+What is specialised, and why (the benchmark that shows it):
+
+- ``rsqrt``: on x86, the ``rsqrtss`` estimate plus one Newton step instead
+  of ``sqrt`` + divide in the distance and tether kernels (``make bench``'s
+  solver rows). Portable twin: ``1 / sqrt(x)``.
+- ``prefer_scalar_loads``: on AMD Zen, whose AVX-512 gathers cost about
+  twice 16 scalar loads, vectorised loops that read through an index array
+  load lane by lane (``make bench-selfcollision``'s cached layered row).
+  Portable twin: nothing (LLVM's own choice).
+- ``compact_flags``: with AVX-512 (F and BW), 64 flags at a time through
+  ``vpcompressd`` (the capsule sweep's candidate list and the self-contact
+  list, ``make bench``'s capsule rows). Portable twin: ``_compact_words``,
+  eight flags per 64-bit word.
+"""
+
+import os
+import platform
+import warnings
 
 import numba
 import numpy as np
@@ -11,32 +35,74 @@ from llvmlite import ir
 from numba import njit
 from numba.core import cgutils
 from numba.core import types as nb_types
-from numba.core.compiler import Compiler
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from .jit import EXACT_FLAT
+from .jit import EXACT_FLAT, FASTMATH
+
+
+def _portable_requested():
+    return os.environ.get("DRAPE_PORTABLE", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+if _portable_requested() and numba.config.CPU_NAME != "generic":
+    if "_toplevel_target_context" in vars(cpu_target):
+        warnings.warn("DRAPE_PORTABLE is set but numba already compiled for this CPU in this process: "
+                      "set it (or NUMBA_CPU_NAME=generic) before anything imports numba", stacklevel=1)
+    else:
+        numba.config.CPU_NAME = "generic"
+        numba.config.CPU_FEATURES = ""
+
+# True: every kernel takes its portable twin.
+PORTABLE = _portable_requested() or numba.config.CPU_NAME == "generic"
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+# The CPU numba compiles for, and its features (NUMBA_CPU_NAME and
+# NUMBA_CPU_FEATURES apply; a "generic" build has no features).
+CPU_NAME = (llvm_binding.get_host_cpu_name() if numba.config.CPU_NAME in (None, "", "host")
+            else numba.config.CPU_NAME)
+_FEATURES = set((getattr(cpu_target.target_context.codegen(), "_tm_features", "") or "").split(","))
 
 # AMD Zen CPUs gather slowly: a 16-lane AVX-512 gather of float32 costs
 # about twice as much as 16 scalar loads put into a vector.
-# numba compiles for the host CPU by this name (NUMBA_CPU_NAME overrides
-# it), and its cache keeps code per CPU name and features.
-_CPU = numba.config.CPU_NAME
-SLOW_GATHERS = (llvm_binding.get_host_cpu_name() if _CPU in (None, "", "host") else _CPU).startswith("znver")
+SLOW_GATHERS = not PORTABLE and CPU_NAME.startswith("znver")
+# AVX-512 hosts compact 64 flags at a time (_compact_blocks).
+COMPRESS_FLAGS = not PORTABLE and X86 and {"+avx512f", "+avx512bw"} <= _FEATURES
+# x86's rsqrtss (SSE, every x86-64 CPU has it).
+X86_RSQRT = not PORTABLE and X86
 
 
-class NoAliasCompiler(Compiler):
-    """numba's compiler, declaring that no two array arguments overlap (what
-    parallel=True declares for its loop bodies when it can prove it). Without
-    it LLVM cannot vectorise a loop that writes several arrays and reads
-    others, or reads through an index array (it could read what the loop
-    wrote). Use it with @njit(pipeline_class=NoAliasCompiler) and pass only
-    disjoint arrays (distinct rows of one 2-D array are disjoint)."""
+@intrinsic
+def _rsqrt_estimate(typingctx, x):
+    """x86's rsqrtss: 1/sqrt(x) to 12 bits in one cheap instruction."""
+    sig = nb_types.float32(nb_types.float32)
 
-    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
-        flags = flags.copy()
-        flags.noalias = True
-        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
+    def codegen(context, builder, signature, args):
+        v4 = ir.VectorType(ir.FloatType(), 4)
+        vec = builder.insert_element(ir.Constant(v4, ir.Undefined), args[0], ir.Constant(ir.IntType(32), 0))
+        fn = builder.module.declare_intrinsic("llvm.x86.sse.rsqrt.ss", fnty=ir.FunctionType(v4, [v4]))
+        return builder.extract_element(builder.call(fn, [vec]), ir.Constant(ir.IntType(32), 0))
+
+    return sig, codegen
+
+
+@njit(inline="always", cache=True, fastmath=set(FASTMATH))
+def _rsqrt_x86(x):
+    """1/sqrt(x) in float32: the estimate plus one Newton step (relative
+    error ~2e-7, float32's own). LLVM keeps sqrt + div on CPUs with a fast
+    sqrt unit; in the distance kernels this is ~11% faster. Needs x > 0
+    (rsqrt(0) is NaN here): callers clamp or skip."""
+    y = _rsqrt_estimate(x)
+    return y * (np.float32(1.5) - np.float32(0.5) * x * y * y)
+
+
+@njit(inline="always", cache=True, fastmath=set(FASTMATH))
+def _rsqrt_portable(x):
+    """1/sqrt(x) in float32 (the portable twin of _rsqrt_x86)."""
+    return np.float32(1.0) / np.sqrt(x)
+
+
+# rsqrt(x): 1/sqrt(x) in float32 for x > 0.
+rsqrt = _rsqrt_x86 if X86_RSQRT else _rsqrt_portable
 
 
 @intrinsic
@@ -67,18 +133,6 @@ def prefer_scalar_loads(typingctx):
     return nb_types.none(), codegen
 
 
-def renamed(fn, name):
-    """A copy of the plain function fn under another name, for a second
-    dispatcher of the same code (one serial, one parallel=True). numba's
-    cache names an entry after the function (qualified name and first line)
-    and keys it on the signature, not on the flags: two dispatchers of one
-    function shared one entry, and either could load the other's code."""
-    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
-    copy.__qualname__ = name
-    copy.__doc__ = fn.__doc__
-    return copy
-
-
 @njit(**EXACT_FLAT)
 def _compact_words(sel, out):
     """compact_flags read as uint64 words: a zero word (eight vertices far
@@ -99,12 +153,8 @@ def _compact_words(sel, out):
     return count
 
 
-# AVX-512 hosts compact 64 flags at a time (_compact_blocks): one byte
-# compare gives their mask, and four register compresses (vpcompressd) write
-# the indices of the set ones. The features are those numba compiles for
-# (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES apply; a "generic" build has none).
-_FEATURES = set((getattr(cpu_target.target_context.codegen(), "_tm_features", "") or "").split(","))
-COMPRESS_FLAGS = {"+avx512f", "+avx512bw"} <= _FEATURES
+# _compact_blocks: one byte compare gives the mask of 64 flags, and four
+# register compresses (vpcompressd) write the indices of the set ones.
 _I1, _I16, _I32, _I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _V64B = ir.VectorType(ir.IntType(8), 64)
 _V16I = ir.VectorType(_I32, 16)

@@ -71,12 +71,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import selfcollision_kernels as _k
-from .selfcollision_kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE,
+from . import kernels as _k
+from .kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE,
                                     MODE_FULL, MODE_OFF, MODE_POINT_POINT)
 
 try:  # the core's error type when it is there
-    from .params import SolverError as _Error
+    from ..params import SolverError as _Error
 except ImportError:  # pragma: no cover
     _Error = ValueError
 
@@ -560,7 +560,7 @@ class SelfCollision:
 
     def solve_args(self):
         """The arguments after (pos, prev_pos) of
-        ``selfcollision_kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
+        ``selfcollision.kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
         which does what ``solve`` does single-threaded and can be called from
         another njit function (the compiled step does). The contact arrays
         change with every detect: take them again after each ``detect``.
