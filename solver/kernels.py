@@ -12,7 +12,7 @@ Pipeline of a substep (Ten Minute Physics' three verbs):
 import numpy as np
 from numba import njit
 
-from .selfcollision import kernels as SCK
+from .selfcollision import solve_serial
 from .hardware import compact_flags, rsqrt
 from .jit import FLAT
 from .jit import KERNEL as JIT
@@ -1784,7 +1784,7 @@ def step_fast(pos, vel, prev, inv_mass, cfg, accel, pins, caps, planes, collider
         if soft.shape[0] > 0:
             solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, False)
         if self_contacts is not None:
-            SCK.solve_serial(pos, prev, *self_contacts)
+            solve_serial(pos, prev, *self_contacts)
             if listed:
                 count = collect_rows(pos, hit, ubox1, cand, sel)
         if has_contacts:

@@ -72,8 +72,8 @@ from collections import namedtuple
 import numpy as np
 
 from . import kernels as _k
-from .kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE,
-                                    MODE_FULL, MODE_OFF, MODE_POINT_POINT)
+from .kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
+                      MODE_POINT_POINT, solve_serial)
 
 try:  # the core's error type when it is there
     from ..params import SolverError as _Error
@@ -83,7 +83,7 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "SelfCollision", "merge_meshes", "MergedMeshes", "triangulate",
     "MODE_OFF", "MODE_POINT_POINT", "MODE_FULL",
-    "KIND_POINT_POINT", "KIND_VERTEX_TRIANGLE", "KIND_EDGE_EDGE",
+    "KIND_POINT_POINT", "KIND_VERTEX_TRIANGLE", "KIND_EDGE_EDGE", "solve_serial",
 ]
 
 # Cached contacts between two layers: vertex-triangle contacts kept per
@@ -560,7 +560,7 @@ class SelfCollision:
 
     def solve_args(self):
         """The arguments after (pos, prev_pos) of
-        ``selfcollision.kernels.solve_serial(pos, prev_pos, *sc.solve_args())``,
+        ``selfcollision.solve_serial(pos, prev_pos, *sc.solve_args())``,
         which does what ``solve`` does single-threaded and can be called from
         another njit function (the compiled step does). The contact arrays
         change with every detect: take them again after each ``detect``.
