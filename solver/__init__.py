@@ -18,7 +18,8 @@ Build once, step many, read positions::
 # First: how every kernel is compiled (see jit.py), before any is.
 from . import jit  # noqa: F401, I001
 from .model import Model, State, build_model
-from .params import Capsules, ClothParams, Planes, SolverError, StepInputs
+from .colliders import Capsules, Planes
+from .params import ClothParams, SolverError, StepInputs
 from .step import step
 from .topology import vertex_masses
 

@@ -97,6 +97,21 @@ def renamed(fn, name):
 
 
 
+def specialised(fn, name, **constants):
+    """A copy of the plain function fn under another name, reading the given
+    module globals as these constants (call it after the module defines
+    everything fn uses). numba prunes a branch on a constant before typing
+    it, so one source compiles to variants that hold only what they run
+    (loop.run and loop.run_general); the distinct name keeps their cache
+    entries apart (see renamed)."""
+    scope = dict(fn.__globals__)
+    scope.update(constants)
+    copy = types.FunctionType(fn.__code__, scope, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = name
+    copy.__doc__ = fn.__doc__
+    return copy
+
+
 def _internalize_linked_copies():
     cls = _codegen.CPUCodeLibrary
     if getattr(cls, "_drape_internal_copies", False):

@@ -2,16 +2,18 @@
 
 import numpy as np
 
-from . import kernels, topology
+from . import topology
+from .colliders import collider_scratch
+from .constraints import BendingConstraints, DistanceConstraints, Tethers
 from .params import ClothParams, SolverError
-
-
-def _u32(a):
-    return np.ascontiguousarray(a, dtype=np.uint32)
 
 
 def _f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _u32(a):
+    return np.ascontiguousarray(a, dtype=np.uint32)
 
 
 class State:
@@ -34,125 +36,6 @@ class State:
 
     def copy(self):
         return State(self.positions.copy(), self.velocities.copy(), self.pin_targets.copy())
-
-
-class DistanceConstraints:
-    """One class of distance constraints in colour order (stable-sorted by
-    colour; batch c is [offsets[c], offsets[c+1]))."""
-
-    def __init__(self, pairs, rest_positions, rest=None, relaxation=1.0):
-        """rest: (m,) rest lengths in the order of `pairs` (default: their
-        distance in rest_positions). relaxation: the fraction of the XPBD
-        correction the fast kernels apply (1 = all of it)."""
-        self.relaxation = float(relaxation)
-        n = len(rest_positions)
-        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-        order, self.offsets = topology.colour_order(pairs, n)
-        pairs = pairs[order]
-        self.a = _u32(pairs[:, 0])
-        self.b = _u32(pairs[:, 1])
-        if rest is None:
-            r = rest_positions.astype(np.float64)
-            self.rest = _f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
-        else:
-            self.rest = _f32(np.asarray(rest, dtype=np.float64)[order])
-        self.lam = np.zeros(len(pairs), dtype=np.float32)
-        self.wa = np.zeros(len(pairs), dtype=np.float32)
-        self.wb = np.zeros(len(pairs), dtype=np.float32)
-        # The fast kernel reads one record per constraint (flat, 16-byte
-        # stride: ca, cb, rest, pad) and one index pair: two base pointers
-        # instead of five, so the loop keeps everything in registers.
-        self.ab = _u32(pairs.reshape(-1))
-        # The same pairs as offsets of the x, y, z, 0 records (4 x index):
-        # the record kernels index with them as they are (no shift per
-        # vertex; 0.93x on the 100x100 sheet's stretch, timed alone).
-        self.ab_rec = _u32(pairs.reshape(-1) * 4)
-        self.coef = np.zeros((len(pairs), 4), dtype=np.float32)
-        self.coef[:, 2] = self.rest
-        self.ca = self.coef[:, 0]
-        self.cb = self.coef[:, 1]
-        self._coef_alpha = None
-
-    def __len__(self):
-        return len(self.a)
-
-    @property
-    def pairs(self):
-        return np.stack([self.a, self.b], axis=1).astype(np.int64)
-
-    def set_inverse_masses(self, inv_mass):
-        # Per-constraint copies: unit-stride loads instead of gathers.
-        self.wa[:] = inv_mass[self.a]
-        self.wb[:] = inv_mass[self.b]
-        self._coef_alpha = None
-
-    def refresh_coefficients(self, alpha_tilde):
-        """ca = w_a / (w_a + w_b + alpha~), cb likewise, for the fast kernel;
-        recomputed only when alpha~ or the masses changed."""
-        if self._coef_alpha == alpha_tilde:
-            return
-        wa = self.wa.astype(np.float64)
-        wb = self.wb.astype(np.float64)
-        den = wa + wb + alpha_tilde
-        den[den == 0] = 1.0
-        self.ca[:] = self.relaxation * wa / den
-        self.cb[:] = self.relaxation * wb / den
-        self._coef_alpha = alpha_tilde
-
-    def packed(self):
-        return (self.a, self.b, self.wa, self.wb, self.rest, self.lam, self.ab, self.coef.reshape(-1),
-                self.ab_rec)
-
-
-class BendingConstraints:
-    def __init__(self, rest_positions, triangles):
-        n = len(rest_positions)
-        idx, k, rest_norm = topology.bending_elements(rest_positions, triangles)
-        order, self.offsets = topology.colour_order(idx, n)
-        self.idx_aos = idx[order]
-        self.k64 = k[order]
-        self.rest64 = rest_norm[order]
-        self.idx = _u32(self.idx_aos.T)
-        self.k = _f32(self.k64.T)
-        self.wk = np.zeros_like(self.k)
-        self.swk2 = np.zeros(len(idx), dtype=np.float32)
-        self.rest = _f32(self.rest64)
-        self.lam = np.zeros(len(idx), dtype=np.float32)
-        # Fast-kernel records (flat, 32-byte stride): k1, k2, k3, rest, c0..c3,
-        # plus the four vertex indices: two base pointers instead of nine.
-        self.idx4 = _u32(self.idx_aos.reshape(-1))
-        self.idx_rec = _u32(self.idx_aos.reshape(-1) * 4)   # record offsets (see DistanceConstraints)
-        self.coef = np.zeros((len(idx), 8), dtype=np.float32)
-        self.coef[:, 0:3] = self.k[1:4].T
-        self.coef[:, 3] = self.rest
-        self.c = self.coef[:, 4:8].T
-        self._coef_alpha = None
-
-    def __len__(self):
-        return len(self.rest)
-
-    def set_inverse_masses(self, inv_mass):
-        w = inv_mass[self.idx_aos].T.astype(np.float64)
-        self.wk[:] = w * self.k64.T
-        self.swk2[:] = np.sum(w * self.k64.T ** 2, axis=0)
-        self._coef_alpha = None
-
-    def refresh_coefficients(self, alpha_tilde):
-        """c_j = w_j k_j / (sum_j w_j k_j^2 + alpha~) for the fast kernel."""
-        if self._coef_alpha == alpha_tilde:
-            return
-        den = self.swk2.astype(np.float64) + alpha_tilde
-        den[den == 0] = 1.0
-        self.c[:] = self.wk.astype(np.float64) / den
-        self._coef_alpha = alpha_tilde
-
-    def energy(self, positions, compliance=1.0):
-        """Bending energy of (n, 3) positions, sum 0.5 C^2 / compliance."""
-        return topology.bending_energy(positions, self.idx_aos, self.k64, self.rest64, compliance)
-
-    def packed(self):
-        return (self.idx, self.k, self.wk, self.swk2, self.rest, self.lam, self.idx4, self.coef.reshape(-1),
-                self.idx_rec)
 
 
 class Model:
@@ -215,7 +98,7 @@ class Model:
         self.collider_offset = np.zeros(n, dtype=np.float32)
         self.collider_offset_max = 0.0
         self.targets_scratch = np.zeros((3, n), dtype=np.float32)
-        self._collider_scratch = kernels.collider_scratch(n, 0, 0)
+        self._collider_scratch = collider_scratch(n, 0, 0)
         # Bumped whenever the pins (and with them masses, tethers) change:
         # step() caches per-model kernel arguments against it.
         self.pin_version = 0
@@ -249,13 +132,7 @@ class Model:
         self.shear.set_inverse_masses(self.inv_mass)
         self.limits.set_inverse_masses(self.inv_mass)
         self.bend.set_inverse_masses(self.inv_mass)
-        tv, ta, tl = topology.geodesic_tethers(self.rest_positions, self.graph_edges, self.kinematic.astype(np.int64))
-        self.tether_vertex = _u32(tv)
-        self.tether_anchor = _u32(ta)
-        self.tether_vertex_rec = _u32(tv * 4)   # record offsets (see DistanceConstraints)
-        self.tether_anchor_rec = _u32(ta * 4)
-        self.tether_length = _f32(tl)
-        self.tether_w = _f32(self.inv_mass[tv])
+        self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass)
         return True
 
     # -- collider mask ---------------------------------------------------------

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import oracles
-from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, kernels, step
+from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, colliders, step
+from drape.solver.colliders import capsule
 
 
 def test_capsule_distance_kernel_matches_exact_oracle():
@@ -15,12 +16,12 @@ def test_capsule_distance_kernel_matches_exact_oracle():
             b = a.copy()  # sphere
         ra, rb = rng.uniform(0.05, 0.8, size=2)
         for p in rng.normal(scale=1.5, size=(10, 3)):
-            d, nx, ny, nz, s = kernels.capsule_distance(*np.float32(p), *np.float32(a), *np.float32(b),
+            d, nx, ny, nz, s = capsule.capsule_distance(*np.float32(p), *np.float32(a), *np.float32(b),
                                                         np.float32(ra), np.float32(rb))
             cap = np.zeros((1, 14), np.float32)
             cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, ra, rb
-            pre = kernels.prepare_capsules(cap, np.float32(0.0))
-            d2, *_ = kernels.capsule_distance_pre(*np.float32(p), tuple(pre[0]))
+            pre = capsule.prepare_capsules(cap, np.float32(0.0))
+            d2, *_ = capsule.capsule_distance_pre(*np.float32(p), tuple(pre[0]))
             assert d2 == pytest.approx(d, abs=1e-5)
             exact = oracles.point_capsule_distance(p, a, b, ra, rb)
             if exact > 0:
@@ -72,7 +73,7 @@ def test_without_swept_contacts_the_same_capsule_would_tunnel():
     cap1[0, 6:8] = 0.12
     hit = np.zeros(len(rest), np.int32)
     contact = np.zeros((7, len(rest)), np.float32)
-    kernels.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
+    colliders.project_colliders(x, np.ones(len(rest), np.float32), cap1, np.zeros((0, 9), np.float32),
                               np.float32(0.005), hit, np.zeros((9, len(rest)), np.float32), contact,
                               np.zeros(len(rest), np.float32), np.zeros(0, np.uint32), -1, np.float32(0.0),
                               np.zeros(len(rest), np.uint32), 0)
@@ -107,8 +108,8 @@ def test_swept_contacts_find_where_each_path_first_enters_a_capsule(case):
     x1 = x0 + move + rng.normal(scale=0.12, size=(n, 3))
     hit = np.zeros(n, np.uint8)
     entry = np.zeros((9, n), np.float32)
-    kernels.swept_contacts(np.arange(n, dtype=np.uint32), n, x1.T.astype(np.float32).copy(),
-                           x0.T.astype(np.float32).copy(), cap0, cap1, kernels.capsule_boxes(cap0, cap1, 0.0),
+    capsule.swept_contacts(np.arange(n, dtype=np.uint32), n, x1.T.astype(np.float32).copy(),
+                           x0.T.astype(np.float32).copy(), cap0, cap1, capsule.capsule_boxes(cap0, cap1, 0.0),
                            np.float32(0.0), hit, entry, np.zeros(n, np.float32))
     samples = np.linspace(0.0, 1.0, 401)
     start = x0 + move

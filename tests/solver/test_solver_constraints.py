@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import oracles
-from drape.solver import Capsules, ClothParams, StepInputs, build_model, kernels, step, topology, vertex_masses
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, integrate, step, topology, vertex_masses
+from drape.solver.constraints import bending, distance, tethers
 
 
 def _strip(rows, width=0.25, edge=0.25):
@@ -131,13 +132,13 @@ def test_coloured_solve_is_bit_identical_to_any_order_within_colours():
     def run_distance(order):
         a, b, wa, wb, r, lam = (arr[order] for arr in model.stretch.packed()[:6])
         p = pos0.copy()
-        kernels.solve_distance(p, prev, a, b, wa, wb, r, lam, np.float32(1e-3), np.float32(0.1), True)
+        distance.solve_distance(p, prev, a, b, wa, wb, r, lam, np.float32(1e-3), np.float32(0.1), True)
         return p
 
     def run_bend(order):
         idx, k, wk, swk2, r, lam = model.bend.packed()[:6]
         p = pos0.copy()
-        kernels.solve_bending(p, prev, np.ascontiguousarray(idx[:, order]), np.ascontiguousarray(k[:, order]),
+        bending.solve_bending(p, prev, np.ascontiguousarray(idx[:, order]), np.ascontiguousarray(k[:, order]),
                               np.ascontiguousarray(wk[:, order]), swk2[order], r[order], lam[order].copy(),
                               np.float32(1.0), np.float32(0.1), True)
         return p
@@ -158,25 +159,25 @@ def test_tethers_are_geodesic_and_never_exceeded():
     params = ClothParams(substeps=2, stretch_compliance=1e-3, tethers=True)
     model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
     # Geodesic length >= straight-line distance, equal straight down a column.
-    v, a = model.tether_vertex.astype(int), model.tether_anchor.astype(int)
+    v, a = model.tethers.vertex.astype(int), model.tethers.anchor.astype(int)
     straight = np.linalg.norm(rest[v] - rest[a], axis=1)
-    assert np.all(model.tether_length >= straight - 1e-6)
+    assert np.all(model.tethers.length >= straight - 1e-6)
     assert len(v) == len(rest) - 13
     below = v[v % 13 == 5]
-    assert np.allclose(model.tether_length[np.isin(v, below)], rest[0, 2] - rest[below, 2], atol=1e-6)
+    assert np.allclose(model.tethers.length[np.isin(v, below)], rest[0, 2] - rest[below, 2], atol=1e-6)
     state = model.new_state()
     for i in range(90):
         step(model, state, StepInputs(acceleration=(0.0, 30.0 * np.sin(i * 0.3), -20.0)), 1 / 60, params)
         x = state.positions_aos().astype(np.float64)
         d = np.linalg.norm(x[v] - x[a], axis=1)
-        assert np.all(d <= model.tether_length * params.tether_scale * (1 + 1e-4) + 1e-6)
+        assert np.all(d <= model.tethers.length * params.tether_scale * (1 + 1e-4) + 1e-6)
     # Without tethers the same scene over-stretches (the test can fail).
     params.tethers = False
     state = model.new_state()
     for i in range(90):
         step(model, state, StepInputs(acceleration=(0.0, 0.0, -20.0)), 1 / 60, params)
     x = state.positions_aos().astype(np.float64)
-    assert np.any(np.linalg.norm(x[v] - x[a], axis=1) > model.tether_length * 1.01)
+    assert np.any(np.linalg.norm(x[v] - x[a], axis=1) > model.tethers.length * 1.01)
 
 
 def test_tethers_follow_the_mesh_not_a_straight_line():
@@ -192,10 +193,10 @@ def test_tethers_follow_the_mesh_not_a_straight_line():
     pin = np.zeros(len(rest))
     pin[:2] = 1.0
     model = build_model(rest, fi, fs, np.ones(len(rest)), pin)
-    v = model.tether_vertex.astype(int)
+    v = model.tethers.vertex.astype(int)
     tip = np.flatnonzero(np.isin(v, [len(rest) - 2, len(rest) - 1]))
-    assert np.all(model.tether_length[tip] > 0.95)
-    assert np.all(np.linalg.norm(rest[v[tip]] - rest[model.tether_anchor[tip].astype(int)], axis=1) < 0.15)
+    assert np.all(model.tethers.length[tip] > 0.95)
+    assert np.all(np.linalg.norm(rest[v[tip]] - rest[model.tethers.anchor[tip].astype(int)], axis=1) < 0.15)
 
 
 def test_edge_strain_oracle_agrees_with_model_rest_lengths():
@@ -332,7 +333,7 @@ def test_unilateral_distance_kernel_only_pulls_together():
     p4 = np.array([0, 0, 0, 0, 3, 0, 0, 0, 10, 0, 0, 0, 10.5, 0, 0, 0], np.float32)
     ab = np.array([0, 4, 8, 12], np.uint32)   # record offsets of vertices 0-1 and 2-3
     coef = np.array([0.5, 0.5, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], np.float32)
-    kernels.solve_distance_fast4(p4, ab, coef, True)
+    distance.solve_distance_fast4(p4, ab, coef, True)
     assert np.allclose(p4[[0, 4]], [1.0, 2.0], atol=1e-5)   # 3 apart, limit 1: pulled to 1
     assert np.allclose(p4[[8, 12]], [10.0, 10.5])            # 0.5 apart: left alone
 
@@ -353,15 +354,15 @@ def test_fourth_item_of_the_constraint_records_stays_zero():
     rng = np.random.default_rng(3)
     pos = (rest.T + rng.normal(0.0, 0.05, rest.T.shape)).astype(np.float32)
     p4 = np.empty(4 * model.n, np.float32)
-    kernels.to_aos4(pos, p4)
+    integrate.to_aos4(pos, p4)
     for c in (model.stretch, model.shear, model.limits):
-        kernels.solve_distance_fast4(p4, c.packed()[8], c.packed()[7], c is model.limits)
+        distance.solve_distance_fast4(p4, c.packed().ab_rec, c.packed().coef, c is model.limits)
     b = model.bend.packed()
-    kernels.solve_bending_fast4(p4, b[8], b[7], True)
-    kernels.solve_tethers_fast4(p4, model.tether_vertex_rec, model.tether_anchor_rec, model.tether_length,
-                                np.full(len(model.tether_vertex), 0.9, np.float32), np.float32(0.5))
+    bending.solve_bending_fast4(p4, b.idx_rec, b.coef, True)
+    tethers.solve_tethers_fast4(p4, model.tethers.vertex_rec, model.tethers.anchor_rec, model.tethers.length,
+                                np.full(len(model.tethers), 0.9, np.float32), np.float32(0.5))
     assert not np.allclose(p4[0::4], pos[0])          # the kernels moved the vertices
     assert np.all(p4[3::4] == 0.0)
     out = np.empty_like(pos)
-    kernels.from_aos4(p4, out)
+    integrate.from_aos4(p4, out)
     assert np.array_equal(out, p4.reshape(-1, 4)[:, :3].T)

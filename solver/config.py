@@ -1,0 +1,37 @@
+"""The step's settings as one named record, and the float32 constants the
+kernels share.
+
+step.py fills a one-item structured array of CONFIG from ClothParams and
+the substep length; the compiled loop reads its item (a numba Record) by
+field name. The fields are float32 like the kernels' arithmetic; flags are
+0 or 1.
+"""
+
+import numpy as np
+
+F0 = np.float32(0.0)
+F1 = np.float32(1.0)
+FHALF = np.float32(0.5)
+EPS = np.float32(1e-9)
+FINF = np.float32(np.inf)
+TRACE_EPS = np.float32(1e-5)
+
+CONFIG = np.dtype([(name, np.float32) for name in (
+    "h",                                                # substep length, s
+    "gx", "gy", "gz",                                   # gravity, m/s^2
+    "a_stretch", "a_shear", "a_bend", "a_tether",       # compliances (ClothParams)
+    "d_stretch", "d_shear", "d_bend", "d_tether",       # damping
+    "tether_scale",
+    "air_drag", "air_density", "cd", "cl",              # drag, and the wind model's coefficients
+    "margin", "mu_s", "mu_k",                           # colliders: offset, friction
+    "maxv",                                             # speed limit, m/s (0 = none)
+    "use_tethers", "use_wind", "use_accel", "use_limits",
+    "substeps", "iterations",
+    "coff_max",      # largest per-vertex collider offset (capsule boxes grow by it)
+    "bend_curved",   # 1: some bending element has a curved rest shape (rest norm != 0)
+)])
+
+
+def new_config():
+    """A zeroed one-item CONFIG array."""
+    return np.zeros(1, dtype=CONFIG)

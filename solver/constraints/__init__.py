@@ -1,0 +1,13 @@
+"""One module per constraint type, each with its build and its solve.
+
+A new type: its module here (a class that builds the arrays from the rest
+mesh, a record of what its kernels read, the kernels), an attribute of
+Model that builds it (model.py), and its call in the substep loop (loop.py).
+"""
+
+from .bending import BendingConstraints, BendingRecord
+from .distance import DistanceConstraints, DistanceRecord
+from .tethers import TetherRecord, Tethers
+
+__all__ = ["BendingConstraints", "BendingRecord", "DistanceConstraints", "DistanceRecord", "TetherRecord",
+           "Tethers"]

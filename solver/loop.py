@@ -1,0 +1,183 @@
+"""The substep loop: one compiled call per step.
+
+For each substep:
+  1. the colliders move to their substep-end pose (interpolate_colliders);
+  2. predict: the velocities of the substep that ended, then x_prev = x,
+     gravity, drag, acceleration (and wind on triangles), x += h v, the
+     kinematic pins at their interpolated targets, and the swept capsule
+     contacts of each vertex's path (integrate.advance_vertices; with wind,
+     integrate.predict and colliders.capsule.generate_contacts);
+  3. iterations of the constraints: stretch, shear, bend, stretch limits,
+     tethers, soft pins, then this step's frozen self contacts, then the
+     colliders' projection (last, so the colliders win);
+the velocities of the last substep end the step.
+
+The loop is written once and compiled twice (jit.specialised): `run` for
+the default settings (one iteration, no damping, no wind), which holds only
+the fast kernels and compiles quickly, and `run_general`, which holds every
+kernel and is compiled the first time a setting needs it. Inside `run`
+the general branches are dead at compile time (numba prunes a branch on a
+constant), so both read the same source.
+"""
+
+import numpy as np
+from numba import njit
+
+from .colliders import interpolate_colliders, project_colliders_into
+from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
+from .config import F0, F1
+from .constraints.bending import solve_bending, solve_bending_fast, solve_bending_fast4
+from .constraints.distance import solve_distance, solve_distance_fast, solve_distance_fast4
+from .constraints.pins import solve_soft_pins
+from .constraints.tethers import solve_tethers, solve_tethers_fast4
+from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
+                        update_velocities, vertex_lists)
+from .jit import FLAT
+from .jit import KERNEL as JIT
+from .jit import specialised
+from .selfcollision import solve_serial
+
+# Replaced by True in run_general (see jit.specialised).
+GENERAL = False
+
+
+@njit(**JIT)
+def solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda):
+    """Stretch, shear and bend with the general kernels where a class is
+    damped or lambdas accumulate over iterations, else the fast ones."""
+    if use_lambda or cfg.d_stretch != F0:
+        solve_distance(pos, prev, stretch.a, stretch.b, stretch.wa, stretch.wb, stretch.rest, stretch.lam,
+                       cfg.a_stretch * ha, cfg.d_stretch, use_lambda)
+    else:
+        solve_distance_fast(pos, stretch.ab, stretch.coef, False)
+    if use_lambda or cfg.d_shear != F0:
+        solve_distance(pos, prev, shear.a, shear.b, shear.wa, shear.wb, shear.rest, shear.lam,
+                       cfg.a_shear * ha, cfg.d_shear, use_lambda)
+    else:
+        solve_distance_fast(pos, shear.ab, shear.coef, False)
+    if use_lambda or cfg.d_bend != F0:
+        solve_bending(pos, prev, bend.idx, bend.k, bend.wk, bend.swk2, bend.rest, bend.lam,
+                      cfg.a_bend * ha, cfg.d_bend, use_lambda)
+    else:
+        solve_bending_fast(pos, bend.idx4, bend.coef)
+
+
+@njit(**FLAT)
+def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
+    """The velocities of the substep that ended (friction, clamp); returns
+    the number of non-finite ones."""
+    h = cfg.h
+    g = np.sqrt(cfg.gx * cfg.gx + cfg.gy * cfg.gy + cfg.gz * cfg.gz)
+    creep = np.float32(2.0) * g * h
+    return update_velocities(pos, prev, vel, contact, clist, ccount, h, cfg.mu_s, cfg.mu_k, cfg.maxv, creep)
+
+
+def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
+         contact, stretch, shear, bend, tether, limits, soft_lam, self_contacts):
+    """Advance the state one step (config[0]: config.CONFIG); returns the
+    number of non-finite velocities (0 = fine).
+
+    pins: (kinematic, soft, soft_alpha, pin_start, pin_end). colliders:
+    colliders.collider_scratch(n, capsules, planes). stretch, shear,
+    limits: DistanceRecord; bend: BendingRecord; tether: TetherRecord.
+    self_contacts: None, or SelfCollision.solve_args() for this step's
+    frozen self contacts (None compiles a version without them). The
+    substeps' kernels allocate nothing and compile without reference counts
+    (jit.FLAT)."""
+    cfg = config[0]
+    cap0, cap1, plane1, box0, box1, sweep = colliders
+    substeps = np.uint64(cfg.substeps)
+    iterations = np.uint64(cfg.iterations)
+    has_contacts = caps.shape[0] + planes.shape[0] > 0
+    use_wind = GENERAL and cfg.use_wind != F0
+    use_lambda = GENERAL and cfg.iterations > F1
+    # The record kernels: one iteration and no stretch/shear/bend damping
+    # (always so in `run`).
+    fast = not GENERAL or (not use_lambda and cfg.d_stretch == F0 and cfg.d_shear == F0 and cfg.d_bend == F0)
+    use_tethers = cfg.use_tethers != F0
+    fast_tethers = fast and use_tethers and cfg.d_tether == F0
+    kin, soft, soft_alpha, pin_start, pin_end = pins
+    h = cfg.h
+    ha = F1 / (h * h)
+    margin = cfg.margin
+    p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
+    sel, cand, clist = vertex_lists(pos.shape[1])
+    # Only capsules, and nothing that moves vertices after the records are
+    # read back but the self contacts: the projection visits only the
+    # vertices near the capsules (listed after the self contacts moved
+    # theirs, when there are any).
+    listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
+              and (fast_tethers or not use_tethers))
+    ccount = 0
+    bad = 0
+    for sub in range(substeps):
+        t0 = np.float32(sub) / np.float32(substeps)
+        t1 = np.float32(sub + 1) / np.float32(substeps)
+        if has_contacts:
+            interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
+        # ---- predict (with the velocities of the substep that ended)
+        if use_wind:
+            if sub > 0:
+                bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
+            predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pin_end, t1)
+            if caps.shape[0] > 0:
+                generate_contacts(pos, prev, inv_mass, cap0, cap1, margin, hit, entry, cmask, cfg.coff_max)
+                prepare_capsules_into(cap1, margin, sweep[0])
+        else:
+            bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin,
+                                    pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand, sel,
+                                    box0, sweep)
+        ccount = 0
+        if bad > 0:
+            return bad
+        if use_lambda:
+            stretch.lam[:] = F0
+            shear.lam[:] = F0
+            bend.lam[:] = F0
+            soft_lam[:] = F0
+        if has_contacts:
+            # The capsules' boxes at substep end: the projection's, and
+            # their union for the list of vertices near them.
+            capsule_boxes_into(cap1, cap1, margin + cfg.coff_max, box1)
+        if listed:
+            ubox1 = swept_box_union(box1)
+        for _ in range(iterations):
+            # ---- constraints
+            count = -1
+            if fast:
+                to_aos4(pos, p4)
+                solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
+                solve_distance_fast4(p4, shear.ab_rec, shear.coef, False)
+                solve_bending_fast4(p4, bend.idx_rec, bend.coef, cfg.bend_curved != F0)
+                if cfg.use_limits != F0:
+                    solve_distance_fast4(p4, limits.ab_rec, limits.coef, True)
+                if fast_tethers:
+                    solve_tethers_fast4(p4, tether.vertex_rec, tether.anchor_rec, tether.length, tether.coef,
+                                        cfg.tether_scale)
+                if listed and self_contacts is None:
+                    count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
+                else:
+                    from_aos4(p4, pos)
+            else:
+                solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
+                if cfg.use_limits != F0:
+                    solve_distance_fast(pos, limits.ab, limits.coef, True)
+            if use_tethers and not fast_tethers:
+                solve_tethers(pos, prev, tether.vertex, tether.anchor, tether.length, tether.w,
+                              cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)
+            if soft.shape[0] > 0:
+                solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
+            # ---- self contacts, then the colliders
+            if self_contacts is not None:
+                solve_serial(pos, prev, *self_contacts)
+                if listed:
+                    count = collect_rows(pos, hit, ubox1, cand, sel)
+            if has_contacts:
+                ccount = project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask,
+                                                cand, count, clist, ccount, box1, sweep[0])
+    bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
+    return bad
+
+
+run = njit(**JIT)(specialised(_run, "run", GENERAL=False))
+run_general = njit(**JIT)(specialised(_run, "run_general", GENERAL=True))
