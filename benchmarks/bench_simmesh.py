@@ -39,7 +39,7 @@ AREAL_DENSITY = 0.2  # kg/m^2
 
 
 def make_params(stretch_limits=True):
-    return solver.ClothParams(substeps=SUBSTEPS, iterations=1, threads=1, stretch_limits=stretch_limits)
+    return solver.ClothParams(substeps=SUBSTEPS, iterations=1, stretch_limits=stretch_limits)
 
 
 def simulate(rest, faces, sizes, pin, dense_rest, dense_pin, binding, stretch_limits):
