@@ -15,8 +15,10 @@ Build once, step many, read positions::
 ``solve(pos, prev_pos)`` (called every substep iteration, before colliders).
 """
 
-# First: how every kernel is compiled (see jit.py), before any is.
+# First: how every kernel is compiled (see jit.py) and for which CPU (the
+# portable switch in hardware.py must act before any kernel is declared).
 from . import jit  # noqa: F401, I001
+from . import hardware  # noqa: F401, I001
 from .model import Model, State, build_model
 from .colliders import Capsules, Planes
 from .params import ClothParams, SolverError, StepInputs

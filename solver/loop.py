@@ -26,10 +26,12 @@ from numba import njit
 from .colliders import interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .config import F0, F1
-from .constraints.bending import solve_bending, solve_bending_fast, solve_bending_fast4
-from .constraints.distance import solve_distance, solve_distance_fast, solve_distance_fast4
+from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
+                                  solve_bending_fast4)
+from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_distance, solve_distance_fast,
+                                   solve_distance_fast4)
 from .constraints.pins import solve_soft_pins
-from .constraints.tethers import solve_tethers, solve_tethers_fast4
+from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
 from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
                         update_velocities, vertex_lists)
 from .jit import FLAT
@@ -73,27 +75,42 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
-         contact, stretch, shear, bend, tether, limits, soft_lam, self_contacts):
+         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, self_contacts):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
     pins: (kinematic, soft, soft_alpha, pin_start, pin_end). colliders:
     colliders.collider_scratch(n, capsules, planes). stretch, shear,
-    limits: DistanceRecord; bend: BendingRecord; tether: TetherRecord.
+    limits: the arrays of a DistanceRecord (run: of a FastDistanceRecord);
+    bend: of a BendingRecord (run: FastBendingRecord); tether: of a
+    TetherRecord, as plain tuples.
     self_contacts: None, or SelfCollision.solve_args() for this step's
     frozen self contacts (None compiles a version without them). The
     substeps' kernels allocate nothing and compile without reference counts
     (jit.FLAT)."""
     cfg = config[0]
+    if GENERAL:
+        stretch = DistanceRecord(*stretch_arrays)
+        shear = DistanceRecord(*shear_arrays)
+        limits = DistanceRecord(*limits_arrays)
+        bend = BendingRecord(*bend_arrays)
+    else:
+        stretch = FastDistanceRecord(*stretch_arrays)
+        shear = FastDistanceRecord(*shear_arrays)
+        limits = FastDistanceRecord(*limits_arrays)
+        bend = FastBendingRecord(*bend_arrays)
+    tether = TetherRecord(*tether_arrays)
     cap0, cap1, plane1, box0, box1, sweep = colliders
     substeps = np.uint64(cfg.substeps)
     iterations = np.uint64(cfg.iterations)
     has_contacts = caps.shape[0] + planes.shape[0] > 0
-    use_wind = GENERAL and cfg.use_wind != F0
-    use_lambda = GENERAL and cfg.iterations > F1
+    # Every branch that needs the general kernels tests GENERAL first, so
+    # numba drops it from `run` before typing it.
+    use_wind = cfg.use_wind != F0
+    use_lambda = cfg.iterations > F1
     # The record kernels: one iteration and no stretch/shear/bend damping
     # (always so in `run`).
-    fast = not GENERAL or (not use_lambda and cfg.d_stretch == F0 and cfg.d_shear == F0 and cfg.d_bend == F0)
+    fast = not use_lambda and cfg.d_stretch == F0 and cfg.d_shear == F0 and cfg.d_bend == F0
     use_tethers = cfg.use_tethers != F0
     fast_tethers = fast and use_tethers and cfg.d_tether == F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
@@ -116,7 +133,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         if has_contacts:
             interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
         # ---- predict (with the velocities of the substep that ended)
-        if use_wind:
+        if GENERAL and use_wind:
             if sub > 0:
                 bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
             predict(pos, vel, prev, inv_mass, cfg, accel, wind, tris, kin, pin_start, pin_end, t1)
@@ -130,7 +147,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         ccount = 0
         if bad > 0:
             return bad
-        if use_lambda:
+        if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
             bend.lam[:] = F0
@@ -144,7 +161,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         for _ in range(iterations):
             # ---- constraints
             count = -1
-            if fast:
+            if GENERAL and not fast:
+                solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
+                if cfg.use_limits != F0:
+                    solve_distance_fast(pos, limits.ab, limits.coef, True)
+            else:
                 to_aos4(pos, p4)
                 solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
                 solve_distance_fast4(p4, shear.ab_rec, shear.coef, False)
@@ -158,10 +179,6 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
                 else:
                     from_aos4(p4, pos)
-            else:
-                solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
-                if cfg.use_limits != F0:
-                    solve_distance_fast(pos, limits.ab, limits.coef, True)
             if use_tethers and not fast_tethers:
                 solve_tethers(pos, prev, tether.vertex, tether.anchor, tether.length, tether.w,
                               cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)

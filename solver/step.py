@@ -97,9 +97,12 @@ class _StepCache:
     """What stays the same while the params, dt and pins do (step() keeps
     one per model)."""
 
-    def __init__(self, key, dt, pin_version, config, soft_alpha, records, default):
+    def __init__(self, key, dt, pin_version, config, soft_alpha, records, fast_records, default):
         self.key, self.dt, self.pin_version = key, dt, pin_version
-        self.config, self.soft_alpha, self.records, self.default = config, soft_alpha, records, default
+        self.config, self.soft_alpha, self.default = config, soft_alpha, default
+        # Plain tuples for the call (see constraints.distance.DistanceRecord).
+        self.records = tuple(tuple(r) for r in records)
+        self.fast_records = tuple(tuple(r) for r in fast_records)
 
     def matches(self, key, dt, pin_version):
         return self.key == key and self.dt == dt and self.pin_version == pin_version
@@ -154,7 +157,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
 
     if cached is None or not cached.matches(key, dt, model.pin_version):
         cached = _CACHES[model] = _prepare(model, params, key, dt, h)
-    config, records = cached.config, cached.records
+    config = cached.config
     c = config[0]
     c["use_accel"] = 1.0 if accel is not None else 0.0
     c["coff_max"] = model.collider_offset_max
@@ -180,7 +183,10 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
         if sc.count:
             self_contacts = sc.solve_args()
-    run = loop.run if cached.default and wind is _NO_FIELD else loop.run_general
+    if cached.default and wind is _NO_FIELD:
+        run, records = loop.run, cached.fast_records
+    else:
+        run, records = loop.run_general, cached.records
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
@@ -211,10 +217,12 @@ def _prepare(model, params, key, dt, h):
     if len(model.limits) == 0:
         c["use_limits"] = 0.0
     c["bend_curved"] = 1.0 if np.any(model.bend.rest != 0) else 0.0
-    records = (model.stretch.packed(), model.shear.packed(), model.bend.packed(),
-               model.tethers.record(np.float32(c["a_tether"] * inv_h2)), model.limits.packed())
+    tether = model.tethers.record(np.float32(c["a_tether"] * inv_h2))
+    records = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether, model.limits.packed())
+    fast_records = (model.stretch.packed_fast(), model.shear.packed_fast(), model.bend.packed_fast(), tether,
+                    model.limits.packed_fast())
     # The default settings (one iteration, undamped stretch/shear/bend; no
     # wind, checked per step) run loop.run, which holds only the fast
     # kernels: less to compile.
     default = bool(c["iterations"] == 1 and c["d_stretch"] == 0 and c["d_shear"] == 0 and c["d_bend"] == 0)
-    return _StepCache(key, dt, model.pin_version, config, soft_alpha, records, default)
+    return _StepCache(key, dt, model.pin_version, config, soft_alpha, records, fast_records, default)

@@ -19,6 +19,7 @@ from ..jit import FLAT, KERNEL as JIT
 # norms, lam; the fast kernels' flat indices (idx4), records (coef: k1, k2,
 # k3, rest, c0..c3) and record offsets (idx_rec).
 BendingRecord = namedtuple("BendingRecord", "idx k wk swk2 rest lam idx4 coef idx_rec")
+FastBendingRecord = namedtuple("FastBendingRecord", "idx_rec coef")
 
 
 def _u32(a):
@@ -79,6 +80,10 @@ class BendingConstraints:
         """The arrays the kernels read, as a BendingRecord."""
         return BendingRecord(self.idx, self.k, self.wk, self.swk2, self.rest, self.lam, self.idx4,
                              self.coef.reshape(-1), self.idx_rec)
+
+    def packed_fast(self):
+        """The fast kernels' arrays, as a FastBendingRecord."""
+        return FastBendingRecord(self.idx_rec, self.coef.reshape(-1))
 
 
 
