@@ -125,7 +125,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # theirs, when there are any).
     listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
               and (fast_tethers or not use_tethers))
-    ccount = 0
+    ccount = np.int64(0)  # not a literal 0: the callees compile once
     bad = 0
     for sub in range(substeps):
         t0 = np.float32(sub) / np.float32(substeps)
@@ -144,7 +144,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin,
                                     pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand, sel,
                                     box0, sweep)
-        ccount = 0
+        ccount = np.int64(0)  # not a literal 0: the callees compile once
         if bad > 0:
             return bad
         if GENERAL and use_lambda:
