@@ -1,11 +1,12 @@
-"""Bake writers: shape keys, PC2 point cache (+ Mesh Cache modifier), Alembic.
+"""Baking: shape keys, PC2 point cache (+ Mesh Cache modifier), Alembic.
 
 ``register()`` adds the bake's own settings (``Object.drape_bake``) and the
 handlers that keep each cache folder's record of which .blend files play its
-files (``job.record_references`` on every save and load). The engine is
-:mod:`.job` (``BakeJob``, ``run_blocking``), the format :mod:`.pc2` (no bpy),
-the swap into Blender data :mod:`.install`, the farm entry :mod:`.headless`.
-Nothing here imports bpy at import time (:mod:`.pc2` is plain numpy)."""
+files (``job.record_references`` on every save and load). The targets are
+:mod:`.targets` (one record each, in one registry), the engine :mod:`.job`
+(``BakeJob``, ``run_blocking``), the format :mod:`.pc2` (no bpy), what every
+target shares in Blender data :mod:`.install`, the farm entry :mod:`.headless`.
+This module imports no bpy at import time (:mod:`.pc2` is plain numpy)."""
 
 
 def _on_save_post(filepath="", *_args):

@@ -13,7 +13,7 @@ the checkout first).
 
 Options (after ``--`` with Blender):
   --object NAME      bake this object (repeat for several); default: every Drape cloth of the scene
-  --target T         SHAPE_KEYS, PC2 or ALEMBIC; default: each object's own setting
+  --target T         a bake target (SHAPE_KEYS, PC2, ALEMBIC); default: each object's own setting
   --start N --end N  frame range; default: the object's bake settings (the baked scene's range by default)
   --folder DIR       cache folder for PC2/Alembic ('//' = next to the saved .blend: the
                      output's with --output); default: each object's own (next to the output)
@@ -41,18 +41,27 @@ import os
 import sys
 
 
-def _parse(argv):
+def parser():
+    """The command line; ``--target`` offers every registered bake target."""
+    from . import targets
+
     p = argparse.ArgumentParser(prog="bake_headless.py", description="Bake Drape cloth and save the .blend")
     p.add_argument("blend", nargs="?", help="the .blend (bpy module only; Blender takes it before --python)")
     p.add_argument("--object", action="append", default=[], help="object to bake (repeatable)")
-    p.add_argument("--target", type=str.upper, choices=("SHAPE_KEYS", "PC2", "ALEMBIC"))
+    p.add_argument("--target", type=str.upper, choices=targets.ids(),
+                   help="; ".join(f"{t.id}: {t.label}" for t in targets.registered())
+                   + "; default: each object's own setting")
     p.add_argument("--start", type=int)
     p.add_argument("--end", type=int)
     p.add_argument("--folder")
     p.add_argument("--scene")
     p.add_argument("--output")
     p.add_argument("--frame-source")
-    return p.parse_args(argv)
+    return p
+
+
+def _parse(argv):
+    return parser().parse_args(argv)
 
 
 def _load_source(spec):
@@ -66,7 +75,8 @@ def _load_source(spec):
 def _verify_code():
     from . import job as job_mod
 
-    return job_mod._CHILD_PRELUDE + """
+    return job_mod.CHILD_PRELUDE + """
+from drape_child.bake import targets
 blend, expected = argv[0], json.loads(argv[1])
 bpy.ops.wm.open_mainfile(filepath=blend)
 found = {}
@@ -75,13 +85,10 @@ for name, want in expected.items():
     if obj is None:
         found[name] = "missing"
         continue
-    keys = obj.data.shape_keys if obj.type == 'MESH' else None
-    frames = len([k for k in keys.key_blocks if k.name.startswith("drape_")]) if keys else 0
-    mods = [m.name for m in obj.modifiers]
-    if want["target"] == "SHAPE_KEYS" and frames != want["frames"]:
-        found[name] = f"{frames} baked shape keys, expected {want['frames']}"
-    elif want["target"] != "SHAPE_KEYS" and "Drape Bake" not in mods:
-        found[name] = "no 'Drape Bake' modifier"
+    target = targets.get(want["target"])
+    problem = target.check(obj, want["frames"]) if target is not None else f"unknown target {want['target']}"
+    if problem:
+        found[name] = problem
 print("DRAPE_VERIFY " + json.dumps(found))
 sys.exit(1 if found else 0)
 """
@@ -128,7 +135,7 @@ def _save_verified(bpy, job, destination):
         if code != 0:
             detail = [ln for ln in output.splitlines() if ln.startswith("DRAPE_VERIFY ") or "rror" in ln]
             return (f"the saved file {tmp} does not open as a complete bake: the check "
-                    f"{job_mod._exit_reason(code)}" + (f" ({detail[-1]})" if detail else ""))
+                    f"{job_mod.exit_reason(code)}" + (f" ({detail[-1]})" if detail else ""))
         try:
             os.replace(tmp, destination)
         except OSError as exc:

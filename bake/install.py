@@ -1,5 +1,7 @@
-"""Puts a finished bake on an object (shape keys, Mesh Cache, Mesh Sequence
-Cache), takes it off again, and hides an old bake while a new one runs.
+"""What every bake target shares in Blender data: where the bake goes in the
+modifier stack, the frame shape keys, the record of the bake in place; taking
+any bake off again (:func:`free`), and hiding an old bake while a new one runs.
+Each target's own installation is in :mod:`.targets`.
 
 Everything here runs only after all frames were captured and written to
 temporary storage: these are the few quick edits of the final swap.
@@ -51,7 +53,7 @@ def insertion_index(obj):
     return index
 
 
-def _pin_driver_modifiers(obj):
+def pin_driver_modifiers(obj):
     """The modifiers the simulation reads pin targets from (above its entry
     point): a shape-key bake already contains their motion."""
     return [m for m in list(obj.modifiers)[:insertion_index(obj)] if m.name != MODIFIER_NAME]
@@ -65,14 +67,14 @@ def _drop_live_result(obj):
         obj.data.attributes.remove(attr)
 
 
-def _set_disabled(obj, names, disabled):
+def set_disabled(obj, names, disabled):
     for name in names:
         mod = obj.modifiers.get(name)
         if mod is not None:
             mod.show_viewport = mod.show_render = not disabled
 
 
-def _set_muted(obj, names, mute):
+def set_muted(obj, names, mute):
     keys = obj.data.shape_keys
     if keys is None:
         return
@@ -82,7 +84,7 @@ def _set_muted(obj, names, mute):
             kb.mute = mute
 
 
-def _place(obj, mod, index):
+def place(obj, mod, index):
     current = list(obj.modifiers).index(mod)
     if current != index:
         obj.modifiers.move(current, index)
@@ -110,10 +112,10 @@ def suspend(obj):
             keys.key_blocks[name].mute = True
         memo["mute"] = muted
     disabled = [n for n in st.disabled_modifiers.split("\n") if n]
-    _set_disabled(obj, disabled, False)
+    set_disabled(obj, disabled, False)
     memo["disabled"] = disabled
     muted = [n for n in st.muted_keys.split("\n") if n]
-    _set_muted(obj, muted, False)
+    set_muted(obj, muted, False)
     memo["muted_keys"] = muted
     st.baked = False
     return memo
@@ -130,8 +132,8 @@ def resume(obj, memo):
             kb = keys.key_blocks.get(name)
             if kb is not None:
                 kb.mute = mute
-    _set_disabled(obj, memo.get("disabled", ()), True)
-    _set_muted(obj, memo.get("muted_keys", ()), True)
+    set_disabled(obj, memo.get("disabled", ()), True)
+    set_muted(obj, memo.get("muted_keys", ()), True)
     st.baked = memo["baked"]
 
 
@@ -167,9 +169,9 @@ def free(obj, delete_files=False):
         keys = obj.data.shape_keys
         if st.created_basis and keys is not None and len(keys.key_blocks) == 1:
             obj.shape_key_clear()
-    _set_disabled(obj, [n for n in st.disabled_modifiers.split("\n") if n], False)
+    set_disabled(obj, [n for n in st.disabled_modifiers.split("\n") if n], False)
     st.disabled_modifiers = ""
-    _set_muted(obj, [n for n in st.muted_keys.split("\n") if n], False)
+    set_muted(obj, [n for n in st.muted_keys.split("\n") if n], False)
     st.muted_keys = ""
     if delete_files and old_file and os.path.isfile(old_file):
         os.unlink(old_file)
@@ -183,7 +185,8 @@ def free(obj, delete_files=False):
     return old_file
 
 
-def _record(obj, target, start, end, vertices, filepath=""):
+def record(obj, target, start, end, vertices, filepath=""):
+    """The bake of ``target`` (its id) is in place: the live result goes, the settings say so."""
     _drop_live_result(obj)
     st = obj.drape_bake
     st.baked_target = target
@@ -239,122 +242,8 @@ def add_frame_keys(obj, frames, positions):
     return action
 
 
-def install_shape_keys(obj, frames, positions):
-    add_frame_keys(obj, frames, positions)
-    # Shape keys play before every modifier: the rig deformers that drove
-    # the pins would move the baked cloth a second time.
-    drivers = [m.name for m in _pin_driver_modifiers(obj) if m.show_viewport or m.show_render]
-    _set_disabled(obj, drivers, True)
-    obj.drape_bake.disabled_modifiers = "\n".join(drivers)
-    # The artist's own shape keys fed the simulation too (pin targets):
-    # muted while the bake plays, back on when it is freed.
-    blocks = obj.data.shape_keys.key_blocks
-    own = [kb.name for kb in list(blocks)[1:] if not kb.name.startswith(KEY_PREFIX) and not kb.mute]
-    _set_muted(obj, own, True)
-    obj.drape_bake.muted_keys = "\n".join(own)
-    _record(obj, 'SHAPE_KEYS', frames[0], frames[-1], positions.shape[1])
-
-
-# --- PC2 + Mesh Cache ----------------------------------------------------------
-
-def install_pc2(obj, filepath, start, end, vertices):
-    """A Mesh Cache modifier that overwrites positions with the PC2 samples:
-    sample 0 at ``start``, one sample per scene frame, linear in between."""
-    mod = obj.modifiers.new(MODIFIER_NAME, 'MESH_CACHE')
-    mod.cache_format = 'PC2'
-    mod.filepath = filepath
-    mod.deform_mode = 'OVERWRITE'
-    mod.interpolation = 'LINEAR'
-    mod.time_mode = 'FRAME'
-    mod.play_mode = 'SCENE'
-    mod.frame_start = float(start)
-    mod.frame_scale = 1.0
-    mod.forward_axis = 'POS_Y'
-    mod.up_axis = 'POS_Z'
-    compat.mesh_cache_flip_set(mod, (False, False, False))
-    mod.factor = 1.0
-    _place(obj, mod, insertion_index(obj))
-    _record(obj, 'PC2', start, end, vertices, filepath)
-
-
-# --- Alembic ---------------------------------------------------------------
-
-def export_alembic(obj, frames, positions, tmp_path):
-    """Writes the captured frames to ``tmp_path`` with Blender's own Alembic
-    exporter. A throwaway scene holds a copy of the mesh (local space,
-    identity transform) animated by frame shape keys, so the exporter reads
-    exactly the captured positions and steps no simulation."""
-    scene = bpy.data.scenes.new("DrapeBake_alembic")
-    mesh = obj.data.copy()
-    mesh.name = f"{obj.name}Shape"
-    # The file's node carries the object's own name: the original steps
-    # aside for the few milliseconds of the export.
-    real_name = obj.name
-    tmp = None
-    action = None
-    try:
-        obj.name = f"{real_name}.drape_bake_tmp"
-        tmp = bpy.data.objects.new(real_name, mesh)
-        object_path = f"/{_abc_name(tmp.name)}/{_abc_name(mesh.name)}"
-        scene.collection.objects.link(tmp)
-        if mesh.shape_keys is not None:
-            tmp.shape_key_clear()
-        action = add_frame_keys(tmp, frames, positions)
-        scene.frame_start, scene.frame_end = frames[0], frames[-1]
-        scene.render.fps = bpy.context.scene.render.fps
-        scene.render.fps_base = bpy.context.scene.render.fps_base
-        view_layer = scene.view_layers[0]
-        tmp.select_set(True, view_layer=view_layer)
-        with bpy.context.temp_override(scene=scene, view_layer=view_layer):
-            result = bpy.ops.wm.alembic_export(
-                filepath=tmp_path, start=frames[0], end=frames[-1], selected=True,
-                uvs=True, normals=False, vcolors=False, face_sets=False, apply_subdiv=False,
-                triangulate=False, export_custom_properties=False, as_background_job=False,
-                evaluation_mode='VIEWPORT', init_scene_frame_range=False, global_scale=1.0,
-                flatten=False, use_instancing=False, check_existing=False)
-        if 'FINISHED' not in result or not os.path.isfile(tmp_path):
-            raise OSError(f"Blender's Alembic exporter did not write {tmp_path}")
-    finally:
-        key = mesh.shape_keys
-        if key is not None and key.animation_data is not None:
-            key.animation_data.action = None
-        if tmp is not None:
-            bpy.data.objects.remove(tmp)
-        obj.name = real_name
-        bpy.data.scenes.remove(scene)
-        bpy.data.meshes.remove(mesh)
-        if action is not None and action.users == 0:
-            bpy.data.actions.remove(action)
-    return object_path
-
-
-def _abc_name(name):
-    # Blender's exporter makes names valid Alembic identifiers this way.
-    return "".join("_" if c in " .:" else c for c in name)
-
-
-def _open_cache_file(filepath):
-    before = set(bpy.data.cache_files)
-    result = bpy.ops.cachefile.open(filepath=abspath(filepath), relative_path=filepath.startswith("//"))
-    new = [c for c in bpy.data.cache_files if c not in before]
-    if 'FINISHED' not in result or not new:
-        raise OSError(f"Blender could not open the Alembic file {filepath}")
-    cache = new[0]
-    cache.filepath = filepath
-    # The operator leaves one user of its own: only the modifier should
-    # hold it, so freeing the bake leaves it unused and removable.
-    cache.user_clear()
-    return cache
-
-
-def install_alembic(obj, filepath, object_path, start, end, vertices):
-    """A Mesh Sequence Cache modifier reading the positions of the object's
-    node in the Alembic file (topology and UVs stay the mesh's own)."""
-    cache = _open_cache_file(filepath)
-    mod = obj.modifiers.new(MODIFIER_NAME, 'MESH_SEQUENCE_CACHE')
-    mod.cache_file = cache
-    mod.object_path = object_path
-    mod.read_data = {'VERT'}
-    _place(obj, mod, insertion_index(obj))
-    obj.drape_bake.baked_cache_file = cache.name
-    _record(obj, 'ALEMBIC', start, end, vertices, filepath)
+def check_modifier(obj, frames):
+    """A cache target's part of the headless check of a saved .blend."""
+    if obj.modifiers.get(MODIFIER_NAME) is None:
+        return f"no '{MODIFIER_NAME}' modifier"
+    return None

@@ -1,6 +1,8 @@
 """A bake as a small state machine: ``validate`` → ``begin`` → ``step`` per
 frame → ``finish`` (or ``abort``). The modal operator calls ``step`` from a
 timer, the background bake and the headless tool call :meth:`BakeJob.run`.
+What differs between shape keys, PC2 and Alembic is in each target's record
+(:mod:`.targets`); the job calls it and has no branch per target.
 
 Nothing the user owns changes until ``finish``: frames go to temporary PC2
 files, an earlier bake is only hidden (and put back on abort), and the final
@@ -15,9 +17,9 @@ when a file is saved or opened and when a bake completes; a bake never writes
 over a file another known .blend plays, and :func:`unused_caches` lists what
 no known .blend plays any more, for the clean-up operator.
 
-Blender's Alembic exporter can throw a C++ exception out of a full disk,
-which aborts the process: it runs in a child Blender (:func:`run_child`),
-where an abort is only a failed bake.
+A child Blender (:func:`run_child`) runs what could take the process down
+with it (Blender's Alembic exporter on a full disk) and the check of a saved
+.blend.
 """
 
 import errno
@@ -26,18 +28,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
 import bpy
 import numpy as np
 
-from . import install, pc2
-
-TARGET_IDS = ('SHAPE_KEYS', 'PC2', 'ALEMBIC')
-_EXTENSIONS = {'PC2': ".pc2", 'ALEMBIC': ".abc"}
-CACHE_EXTENSIONS = tuple(_EXTENSIONS.values())
+from . import install, pc2, targets
 
 # The package root (this file is <root>/bake/job.py): a child Blender loads
 # the bake modules from here by path, whatever the package is called.
@@ -281,7 +278,7 @@ def run_child(code, args, timeout=3600):
     return proc.returncode, (proc.stdout[-2000:] + proc.stderr[-2000:]).strip()
 
 
-def _exit_reason(code):
+def exit_reason(code):
     if code is None:
         return "did not finish"
     if code < 0:
@@ -295,9 +292,8 @@ def _exit_reason(code):
 
 
 # Loads the bake modules from the package root by path (the package name
-# differs between a checkout and an installed extension), with the settings
-# the shape-key helper writes to.
-_CHILD_PRELUDE = """
+# differs between a checkout and an installed extension).
+CHILD_PRELUDE = """
 import importlib.util, json, sys
 argv = sys.argv[sys.argv.index("--") + 1:]
 root = argv.pop(0)
@@ -309,67 +305,7 @@ spec.loader.exec_module(pkg)
 import bpy
 """
 
-_ALEMBIC_CHILD = _CHILD_PRELUDE + """
-from drape_child.bake import install, pc2, settings
-mesh_blend, mesh_name, obj_name, start, end, samples, out, fps, fps_base, answer = argv
-bpy.ops.wm.read_factory_settings(use_empty=True)
-settings.register()
-with bpy.data.libraries.load(mesh_blend) as (src, dst):
-    dst.meshes = [mesh_name]
-mesh = dst.meshes[0]
-obj = bpy.data.objects.new(obj_name, mesh)
-bpy.context.scene.render.fps = int(fps)
-bpy.context.scene.render.fps_base = float(fps_base)
-path = install.export_alembic(obj, list(range(int(start), int(end) + 1)), pc2.samples(samples), out)
-with open(answer, "w") as fh:
-    json.dump({"object_path": path}, fh)
-"""
-
-
-def export_alembic_isolated(item, frames):
-    """Writes ``item``'s captured frames to ``item.alembic_tmp`` with Blender's
-    Alembic exporter in a child Blender that gets a saved copy of just the
-    mesh; returns the Alembic object path. Raises BakeError with the reason."""
-    obj = item.obj
-    tag = f"drape_abc_{os.getpid()}_{safe_filename(item.name)}"
-    tmp_dir = tempfile.mkdtemp(prefix=tag)
-    try:
-        mesh_blend = os.path.join(tmp_dir, "mesh.blend")
-        answer = os.path.join(tmp_dir, "answer.json")
-        try:
-            bpy.data.libraries.write(mesh_blend, {obj.data}, fake_user=True)
-        except (OSError, RuntimeError) as exc:
-            raise BakeError(f"'{item.name}': could not save the mesh for the Alembic export "
-                            f"({tempfile.gettempdir()}): {exc}") from exc
-        render = bpy.context.scene.render
-        code, output = run_child(_ALEMBIC_CHILD, [
-            PACKAGE_ROOT, mesh_blend, obj.data.name, obj.name, frames[0], frames[-1],
-            item.writer.tmp_path, item.alembic_tmp, render.fps, render.fps_base, answer])
-        if code == 0 and os.path.isfile(answer):
-            with open(answer, encoding="utf-8") as fh:
-                return json.load(fh)["object_path"]
-        folder = os.path.dirname(item.alembic_tmp)
-        why = f"Blender's Alembic exporter {_exit_reason(code)} writing {item.alembic_tmp}"
-        free = _free_bytes(folder)
-        if free is not None and free < max(1 << 20, 2 * os.path.getsize(item.writer.tmp_path)):
-            why += f": the disk is full ({free / 1e6:.1f} MB free in {folder})"
-        lines = [ln for ln in output.splitlines() if "EXCEPTION" in ln or "Error" in ln or "error" in ln]
-        if lines:
-            why += f" ({lines[-1].strip()})"
-        raise BakeError(f"'{item.name}': {why}; the earlier bake is unchanged")
-    finally:
-        for name in os.listdir(tmp_dir):
-            try:
-                os.unlink(os.path.join(tmp_dir, name))
-            except OSError:
-                pass
-        try:
-            os.rmdir(tmp_dir)
-        except OSError:
-            pass
-
-
-def _free_bytes(folder):
+def free_bytes(folder):
     try:
         st = os.statvfs(folder)
     except (OSError, AttributeError):
@@ -440,8 +376,8 @@ class _Item:
     filepath: str = ""        # as stored in Blender ('//' relative when asked)
     abs_path: str = ""
     writer: object = None     # PC2Writer: every target streams its frames to a temporary PC2
-    alembic_tmp: str = ""
-    object_path: str = ""
+    tmp_file: str = ""        # a target's own temporary file (the Alembic export), removed on abort
+    object_path: str = ""     # the Alembic node the modifier reads
     note: str = ""            # why the file has another name than the object's
     stash: object = None
     keep: str = ""            # a hard link to the cache file this bake writes over
@@ -628,17 +564,15 @@ class BakeJob:
         for obj in self.objects:
             if obj.type != 'MESH':
                 raise BakeError(f"'{obj.name}' is not a mesh")
-            target = self.target or obj.drape_bake.target
-            if target not in TARGETS_SET:
-                raise BakeError(f"'{obj.name}': unknown bake target {target!r}")
-            item = _Item(obj=obj, name=obj.name, target=target, vertices=len(obj.data.vertices))
-            if target == 'SHAPE_KEYS':
-                sharing = [o.name for o in bpy.data.objects if o.data == obj.data and o != obj]
-                if sharing:
-                    raise BakeError(f"'{obj.name}': its mesh '{obj.data.name}' is shared with "
-                                    f"{', '.join(repr(n) for n in sharing)}; shape keys would change them too: "
-                                    "make it single-user or bake to PC2/Alembic")
-            if target in _EXTENSIONS:
+            target_id = self.target or obj.drape_bake.target
+            target = targets.get(target_id)
+            if target is None:
+                raise BakeError(f"'{obj.name}': unknown bake target {target_id!r} "
+                                f"(known: {', '.join(targets.ids())})")
+            item = _Item(obj=obj, name=obj.name, target=target_id, vertices=len(obj.data.vertices))
+            if target.validate is not None:
+                target.validate(obj)
+            if target.writes_file:
                 folder = self.folder if self.folder is not None else obj.drape_bake.folder
                 folder = folder or "//drape_cache/"
                 if folder.startswith("//") and not bpy.data.filepath:
@@ -658,7 +592,7 @@ class BakeJob:
         blend = _blend_path()
         st = item.obj.drape_bake
         own = install.abspath(st.baked_filepath) if st.baked_filepath else ""
-        base, ext = safe_filename(item.obj.name), _EXTENSIONS[item.target]
+        base, ext = safe_filename(item.obj.name), targets.get(item.target).extension
         first, first_why = None, ""
         for k in range(1, 10000):
             name = f"{base}{ext}" if k == 1 else f"{base}_{k}{ext}"
@@ -694,8 +628,6 @@ class BakeJob:
                 if item.note and self.log is not None:
                     self.log(item.note)
                 item.writer = self._open_writer(item)
-                if item.target == 'ALEMBIC':
-                    item.alembic_tmp = f"{item.abs_path}.tmp-{os.getpid()}.abc"
             for item in self.items:
                 st = item.obj.drape_bake
                 if st.baked or st.baked_target or item.obj.modifiers.get(install.MODIFIER_NAME):
@@ -720,15 +652,12 @@ class BakeJob:
 
     def _open_writer(self, item):
         """Frames stream to disk, not memory (a long bake of a dense mesh is
-        gigabytes): next to the final file for PC2/Alembic, in the system's
-        temporary folder for shape keys (read back once, at the swap)."""
-        if item.target == 'SHAPE_KEYS':
-            index = self.items.index(item)
-            path = os.path.join(tempfile.gettempdir(),
-                                f"drape_bake_{os.getpid()}_{index}_{safe_filename(item.name)}.pc2")
-        else:
+        gigabytes), where the target says: next to the final file for a
+        target that writes one."""
+        target = targets.get(item.target)
+        if target.writes_file:
             self._check_folder(item)
-            path = item.abs_path if item.target == 'PC2' else f"{item.abs_path}.frames.pc2"
+        path = target.stream_path(self, item)
         try:
             return pc2.PC2Writer(path, item.vertices, self.frame_start, 1.0)
         except OSError as exc:
@@ -843,8 +772,9 @@ class BakeJob:
                 except OSError as exc:
                     raise BakeError(f"'{item.name}': finishing {item.writer.tmp_path} failed: "
                                     f"{exc.strerror or exc}") from exc
-                if item.target == 'ALEMBIC':
-                    item.object_path = export_alembic_isolated(item, self.frames)
+                prepare = targets.get(item.target).prepare
+                if prepare is not None:
+                    prepare(self, item)
             for item in self.items:
                 item.stash.set_aside()
             for item in self.items:
@@ -905,6 +835,13 @@ class BakeJob:
                 _unlink_quietly(item.abs_path)
             item.keep, item.committed = "", False
 
+    def replace_cache_file(self, item, put_in_place):
+        """``put_in_place()`` puts the new cache file at ``item.abs_path``;
+        the file it replaces is kept until the bake is kept (or put back)."""
+        self._keep_old_file(item)
+        put_in_place()
+        item.committed = True
+
     def _keep_old_file(self, item):
         """A hard link to the file the bake writes over, so a failed swap can
         put it back; on a file system without links, a copy."""
@@ -921,38 +858,16 @@ class BakeJob:
         item.keep = keep
 
     def _swap(self, item):
-        obj = item.obj
         item.stash.swapped = True
-        install.free(obj)
-        if item.target == 'SHAPE_KEYS':
-            samples = self._samples(item)
-            install.install_shape_keys(obj, self.frames, samples)
-            del samples  # unmapped before the file goes (Windows refuses otherwise)
-            item.writer.discard()
-        elif item.target == 'PC2':
-            self._keep_old_file(item)
-            item.writer.commit()
-            item.committed = True
-            install.install_pc2(obj, item.filepath, self.frame_start, self.frame_end, item.vertices)
-        else:
-            item.writer.discard()
-            self._keep_old_file(item)
-            os.replace(item.alembic_tmp, item.abs_path)
-            item.committed = True
-            install.install_alembic(obj, item.filepath, item.object_path, self.frame_start,
-                                    self.frame_end, item.vertices)
-
-    @staticmethod
-    def _samples(item):
-        """The finished temporary frames, (frames, n, 3) float32, memory-mapped."""
-        return pc2.samples(item.writer.tmp_path)
+        install.free(item.obj)
+        targets.get(item.target).install(self, item)
 
     def _drop(self):
         for item in self.items:
             if item.writer is not None:
                 item.writer.discard()
-            if item.alembic_tmp and os.path.exists(item.alembic_tmp):
-                _unlink_quietly(item.alembic_tmp)
+            if item.tmp_file and os.path.exists(item.tmp_file):
+                _unlink_quietly(item.tmp_file)
 
     def abort(self):
         """Drops everything captured and puts the objects, the old bakes,
@@ -978,9 +893,6 @@ def _unlink_quietly(path):
         pass
     except OSError as exc:
         print(f"Drape: could not remove {path}: {exc.strerror or exc}")
-
-
-TARGETS_SET = frozenset(TARGET_IDS)
 
 
 def frame_range(scene, obj=None, use_scene_range=None, frame_start=None, frame_end=None):

@@ -5,21 +5,15 @@ from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 from bpy.types import PropertyGroup
 
 from ..scene import compat
-
-TARGETS = (
-    ('SHAPE_KEYS', "Shape Keys", "One shape key per frame, keyed so exactly one is on at each frame "
-     "(exports as glTF morph-target animation)"),
-    ('PC2', "Point Cache (PC2)", "A PC2 file next to the .blend, played back by a Mesh Cache modifier"),
-    ('ALEMBIC', "Alembic", "An Alembic (.abc) file written by Blender's exporter, played back by a "
-     "Mesh Sequence Cache modifier"),
-)
+from . import targets
 
 
 class DrapeBakeSettings(PropertyGroup):
     """Per-object bake settings and the record of the bake in place."""
 
     # What the artist asks for.
-    target: EnumProperty(name="Bake to", items=TARGETS, default='PC2')
+    # The choices are the registered targets (bake/targets); a .blend stores a target's number.
+    target: EnumProperty(name="Bake to", items=targets.enum_items, default=targets.get('PC2').number)
     folder: StringProperty(
         name="Cache folder",
         description="Folder for PC2/Alembic files; '//' means relative to the saved .blend",
@@ -51,15 +45,14 @@ class DrapeBakeSettings(PropertyGroup):
 
 
 classes = (DrapeBakeSettings,)
+_register_classes, _unregister_classes = bpy.utils.register_classes_factory(classes)
 
 
 def register():
-    for cls in classes:
-        bpy.utils.register_class(cls)
+    _register_classes()
     bpy.types.Object.drape_bake = bpy.props.PointerProperty(type=DrapeBakeSettings)
 
 
 def unregister():
     del bpy.types.Object.drape_bake
-    for cls in reversed(classes):
-        bpy.utils.unregister_class(cls)
+    _unregister_classes()

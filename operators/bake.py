@@ -17,8 +17,7 @@ import traceback
 import bpy
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ..bake import install, job as bake_job
-from ..bake.settings import TARGETS
+from ..bake import install, job as bake_job, targets
 from ..scene import warmup
 
 _OBJECTS = (
@@ -61,9 +60,7 @@ class DRAPE_OT_bake(bpy.types.Operator):
     bl_options = {'REGISTER', 'UNDO'}
 
     objects: EnumProperty(name="Objects", items=_OBJECTS, default='ACTIVE')
-    target: EnumProperty(name="Bake to", items=(('OBJECT', "Object settings",
-                                                 "Each object's own bake target"),) + TARGETS,
-                         default='OBJECT')
+    target: EnumProperty(name="Bake to", items=targets.operator_enum_items, default=0)  # 0: 'OBJECT'
     frame_range: EnumProperty(name="Frame range", items=_RANGE, default='OBJECT')
     frame_start: IntProperty(name="Start", default=1, min=0)
     frame_end: IntProperty(name="End", default=250, min=0)

@@ -3,7 +3,7 @@ View sidebar's "Drape" tab and in Properties > Physics."""
 
 import bpy
 
-from ..bake import job as bake_job
+from ..bake import job as bake_job, targets
 
 
 def _draw(layout, context):
@@ -18,7 +18,8 @@ def _draw(layout, context):
     col = layout.column()
     col.enabled = not baked
     col.prop(st, "target")
-    if st.target in ('PC2', 'ALEMBIC'):
+    target = targets.get(st.target)
+    if target is not None and target.writes_file:
         col.prop(st, "folder")
     col.prop(st, "use_scene_range")
     if not st.use_scene_range:
@@ -27,8 +28,7 @@ def _draw(layout, context):
         sub.prop(st, "frame_end", text="End")
     if baked:
         box = layout.box()
-        what = {i.identifier: i.name for i in st.bl_rna.properties["target"].enum_items}
-        box.label(text=f"Baked to {what.get(st.baked_target, st.baked_target)}: frames "
+        box.label(text=f"Baked to {targets.label(st.baked_target)}: frames "
                        f"{st.baked_frame_start}-{st.baked_frame_end}", icon='CHECKMARK')
         if st.baked_filepath:
             box.label(text=st.baked_filepath, icon='FILE')

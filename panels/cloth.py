@@ -97,10 +97,14 @@ def _draw_main(self, context):
     row.operator("drape.cloth_remove", icon='X')
 
 
+def _settings_layout(self, context):
+    """The sub-panel's layout (labels beside the fields) and the cloth's settings."""
+    self.layout.use_property_split = True
+    return self.layout, context.object.drape
+
+
 def _draw_stiffness(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
+    layout, s = _settings_layout(self, context)
     col = layout.column()
     col.prop(s, "stretch_stiffness")
     col.prop(s, "shear_stiffness")
@@ -108,9 +112,7 @@ def _draw_stiffness(self, context):
 
 
 def _draw_damping(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
+    layout, s = _settings_layout(self, context)
     col = layout.column()
     col.prop(s, "stretch_damping")
     col.prop(s, "shear_damping")
@@ -119,13 +121,18 @@ def _draw_damping(self, context):
     col.prop(s, "air_drag")
 
 
-def _draw_pins(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    obj = context.object
-    s = obj.drape
+def _draw_collisions(self, context):
+    layout, s = _settings_layout(self, context)
     col = layout.column()
-    col.prop_search(s, "pin_group", obj, "vertex_groups")
+    col.prop(s, "thickness")
+    col.prop(s, "friction")
+    col.prop(s, "static_friction")
+
+
+def _draw_pins(self, context):
+    layout, s = _settings_layout(self, context)
+    col = layout.column()
+    col.prop_search(s, "pin_group", context.object, "vertex_groups")
     col.prop(s, "pin_stiffness")
     col.prop(s, "tethers")
     col.prop(s, "stretch_limits")
@@ -135,24 +142,12 @@ def _draw_pins(self, context):
     sub.prop(s, "tether_scale")
 
 
-def _draw_collisions(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
-    col = layout.column()
-    col.prop(s, "thickness")
-    col.prop(s, "friction")
-    col.prop(s, "static_friction")
-
-
 def _draw_self_header(self, context):
     self.layout.prop(context.object.drape, "self_collision", text="")
 
 
 def _draw_self(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
+    layout, s = _settings_layout(self, context)
     col = layout.column()
     col.active = s.self_collision
     col.prop(s, "self_thickness")
@@ -166,9 +161,7 @@ def _draw_self(self, context):
 
 
 def _draw_wind(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
+    layout, s = _settings_layout(self, context)
     col = layout.column()
     col.prop(s, "wind_drag")
     col.prop(s, "wind_lift")
@@ -176,9 +169,7 @@ def _draw_wind(self, context):
 
 
 def _draw_simmesh(self, context):
-    layout = self.layout
-    layout.use_property_split = True
-    s = context.object.drape
+    layout, s = _settings_layout(self, context)
     col = layout.column()
     col.prop(s, "sim_source")
     if s.sim_source == 'PROXY':

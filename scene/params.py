@@ -19,15 +19,6 @@ import re
 
 from .meshdata import DrapeInputError
 
-# Self-collision fields the solver may grow; passed when present.
-_SELF_FIELDS = {
-    "self_collision": "self_collision",
-    "self_thickness": "self_thickness",
-    "self_friction": "self_friction",
-    "self_conservativeness": "self_conservativeness",
-}
-
-
 # The cloth settings the solver reads: the property read, the property the
 # panel shows for it (the stiffness views of the stored compliances), the
 # sub-panel it sits in ("" = the main panel) and the smallest value the
@@ -229,9 +220,6 @@ def cloth_params(settings, scene, solver):
         friction_kinetic=settings.friction,
     )
     names = {f.name for f in dataclasses.fields(solver.ClothParams)}
-    for prop, field in _SELF_FIELDS.items():
-        if field in names:
-            values[field] = getattr(settings, prop)
     return solver.ClothParams(**{k: v for k, v in values.items() if k in names})
 
 

@@ -22,8 +22,6 @@ first_step_s (build_model + the first step: compile or cache load), total_s.
 
 import argparse
 import importlib
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import pathlib
@@ -39,24 +37,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PKG = "bl_ext.user_default.drape"
 
 
-class _OnlyUnder(importlib.abc.MetaPathFinder):
-    """numba, llvmlite and the dev link `drape` are found only below the scratch user folder."""
-
-    def __init__(self, names, root):
-        self.names, self.root = set(names), os.path.realpath(root)
-
-    def find_spec(self, name, path=None, target=None):
-        if path is not None or name not in self.names:
-            return None
-        allowed = [p for p in sys.path if os.path.realpath(p or ".").startswith(self.root + os.sep)]
-        spec = importlib.machinery.PathFinder.find_spec(name, allowed)
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} below {self.root}", name=name)
-        return spec
-
-
 def _child(mode, zip_path, grid):
-    sys.meta_path.insert(0, _OnlyUnder(("numba", "llvmlite", "drape"), os.environ["BLENDER_USER_RESOURCES"]))
+    from import_guard import only_under  # tools/ is this script's folder
+
+    only_under(("numba", "llvmlite", "drape"), os.environ["BLENDER_USER_RESOURCES"])
     import bpy
 
     if mode == "install":

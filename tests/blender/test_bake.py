@@ -678,16 +678,22 @@ def test_alembic_rebake_reads_the_new_file(shot):
     assert cache_listing(shot["cache"]) == ["ClothABC.abc"]
 
 
-@pytest.mark.slow
-def test_headless_bakes_a_real_drape_cloth(empty_scene, tmp_path, source_guard):
-    scene = empty_scene
-    scene.frame_start, scene.frame_end = 1, 16
+def _saved_cape_shot(scene, path, frame_end):
+    """A pinned Drape cape over frames 1..frame_end, saved at ``path``."""
+    scene.frame_start, scene.frame_end = 1, frame_end
     cape = _cape("Cape", (0.0, 0.0, 1.0))
     bpy.ops.object.select_all(action='DESELECT')
     cape.select_set(True)
     assert bpy.ops.drape.cloth_add(pin_group="pin") == {'FINISHED'}
-    path = tmp_path / "farm_shot.blend"
     bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    return cape
+
+
+@pytest.mark.slow
+def test_headless_bakes_a_real_drape_cloth(empty_scene, tmp_path, source_guard):
+    scene = empty_scene
+    path = tmp_path / "farm_shot.blend"
+    cape = _saved_cape_shot(scene, path, 16)
     proc = _headless(path, "--object", "Cape", "--target", "PC2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Drape bake Cape: frame 16 (16/16)" in proc.stdout
@@ -707,14 +713,8 @@ def test_packaged_headless_entry_bakes_like_a_farm_node(empty_scene, tmp_path):
     # What `blender -b shot.blend --python-expr "...drape.bake.headless...; sys.exit(h.main())"
     # -- --object Cape` does on a node with the extension installed: the file is open,
     # Drape is enabled, the entry inside the package reads the arguments after "--".
-    scene = empty_scene
-    scene.frame_start, scene.frame_end = 1, 6
-    cape = _cape("Cape", (0.0, 0.0, 1.0))
-    bpy.ops.object.select_all(action='DESELECT')
-    cape.select_set(True)
-    assert bpy.ops.drape.cloth_add(pin_group="pin") == {'FINISHED'}
     path = tmp_path / "node_shot.blend"
-    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    cape = _saved_cape_shot(empty_scene, path, 6)
     expr = ("import sys, bpy, drape; drape.register(); "
             f"bpy.ops.wm.open_mainfile(filepath={str(path)!r}); "
             "import drape.bake.headless as h; sys.exit(h.main())")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from drape.bake import install, job as bake_job, pc2
+from drape.bake.targets import shape_keys
 
 _spec = importlib.util.spec_from_file_location(
     "drape_test_bake_helpers", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_bake.py"))
@@ -270,15 +271,15 @@ def test_any_failure_leaves_everything_as_it_was(addon, tmp_path, source_guard, 
         # Fails after the new keys / modifier / action are in: the most to undo.
         def changed_api(*args, **kw):
             raise AttributeError("'MeshCacheModifier' object has no attribute 'flip_axis'")
-        monkeypatch.setattr(install, "_record", changed_api)
+        monkeypatch.setattr(install, "record", changed_api)
     else:
         # Fails inside the free of the old bake, half done.
-        real = install._set_muted
+        real = install.set_muted
 
         def changed_api(obj_, names, mute):
             real(obj_, names, mute)
             raise AttributeError("'ShapeKey' object has no attribute 'mute'")
-        monkeypatch.setattr(install, "_set_muted", changed_api)
+        monkeypatch.setattr(install, "set_muted", changed_api)
     bpy.context.view_layer.objects.active = obj
     with pytest.raises(RuntimeError, match="Bake failed, nothing changed: AttributeError"):
         bpy.ops.drape.bake(objects='ACTIVE', frame_range='CUSTOM', frame_start=1, frame_end=12)
@@ -313,12 +314,12 @@ def test_failure_of_the_second_object_undoes_the_first(addon, tmp_path, source_g
     _bake(objs)
     bpy.ops.wm.save_mainfile()
     before = _full_snapshot(objs, tmp_path / "drape_cache")
-    real = install.install_shape_keys
+    real = shape_keys.install_keys
 
     def changed_api(obj, frames, positions):
         real(obj, frames, positions)
         raise TypeError("bpy_prop_collection.foreach_set(): changed")
-    monkeypatch.setattr(install, "install_shape_keys", changed_api)
+    monkeypatch.setattr(shape_keys, "install_keys", changed_api)
     bake_job.set_frame_source(AnalyticSource(objs, scale=2.0))
     with pytest.raises(TypeError):
         bake_job.run_blocking(bpy.context.scene, objs, 1, 12, log=None)

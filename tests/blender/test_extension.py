@@ -12,9 +12,7 @@ module level, so the file also runs as a script in a Python without pytest.
 """
 
 import importlib
-import importlib.abc
 import importlib.util
-import importlib.machinery
 import json
 import os
 import pathlib
@@ -31,23 +29,6 @@ HIDDEN = ("numba", "llvmlite", "drape")
 
 
 # --------------------------------------------------------------------- probe
-
-
-class _OnlyUnder(importlib.abc.MetaPathFinder):
-    """Top-level imports of `names` are found only below `root`, nowhere else on sys.path."""
-
-    def __init__(self, names, root):
-        self.names = set(names)
-        self.root = os.path.realpath(root)
-
-    def find_spec(self, name, path=None, target=None):
-        if path is not None or name not in self.names:
-            return None
-        allowed = [p for p in sys.path if os.path.realpath(p or ".").startswith(self.root + os.sep)]
-        spec = importlib.machinery.PathFinder.find_spec(name, allowed)
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} below {self.root}", name=name)
-        return spec
 
 
 def _package_modules():
@@ -145,7 +126,10 @@ def _solver_step(pkg_name):
 def _probe(zip_path, out_path):
     user = os.environ["BLENDER_USER_RESOURCES"]
     report = {"user_resources": user}
-    sys.meta_path.insert(0, _OnlyUnder(HIDDEN, user))
+    sys.path.insert(0, str(ROOT / "tools"))
+    from import_guard import only_under
+
+    only_under(HIDDEN, user)
     try:
         import numba  # noqa: F401
 

@@ -12,8 +12,6 @@ the standard library at module level, so the file also runs as a script.
 """
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import json
 import math
@@ -30,23 +28,6 @@ SCENES = ("default", "self", "proxy", "windy", "pair")
 
 
 # --------------------------------------------------------------------- probe
-
-
-class _OnlyUnder(importlib.abc.MetaPathFinder):
-    """Top-level imports of `names` are found only below `root` (the installed extension's wheels)."""
-
-    def __init__(self, names, root):
-        self.names = set(names)
-        self.root = os.path.realpath(root)
-
-    def find_spec(self, name, path=None, target=None):
-        if path is not None or name not in self.names:
-            return None
-        allowed = [p for p in sys.path if os.path.realpath(p or ".").startswith(self.root + os.sep)]
-        spec = importlib.machinery.PathFinder.find_spec(name, allowed)
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} below {self.root}", name=name)
-        return spec
 
 
 def _enable(package):
@@ -269,7 +250,10 @@ def _install(zip_path, out):
 def main(argv):
     mode, package, out = argv[1], argv[2], pathlib.Path(argv[3])
     if package == INSTALLED:
-        sys.meta_path.insert(0, _OnlyUnder(("numba", "llvmlite", "drape"), os.environ["BLENDER_USER_RESOURCES"]))
+        sys.path.insert(0, str(ROOT / "tools"))
+        from import_guard import only_under
+
+        only_under(("numba", "llvmlite", "drape"), os.environ["BLENDER_USER_RESOURCES"])
     if mode == "install":
         _install(argv[4], out)
     elif mode == "compile":

@@ -653,9 +653,9 @@ def main(argv=None):
          [("scene.compat", "mesh_cache_flip_set")],
          AttributeError("MeshCacheModifier.flip_axis expected a set, not a tuple"), 1),
         ("Alembic: AttributeError from the exporter", 'ALEMBIC',
-         [("bake.job", "export_alembic_isolated"), ("bake.install", "export_alembic")], AttributeError(api), 1),
+         [("bake.targets.alembic", "export_isolated"), ("bake.targets.alembic", "export")], AttributeError(api), 1),
         ("Alembic: AttributeError while placing the modifier", 'ALEMBIC',
-         [("bake.install", "_place")], AttributeError("'ObjectModifiers' object has no attribute 'move'"), 1),
+         [("bake.install", "place")], AttributeError("'ObjectModifiers' object has no attribute 'move'"), 1),
         ("PC2: OSError renaming the finished cache over the earlier one", 'PC2',
          [("bake.pc2", "PC2Writer.commit")], OSError(errno.EIO, os.strerror(errno.EIO)), 1),
     ] + [(f"{t}: OSError (disk full) at frame 10", t, [("bake.pc2", "PC2Writer.add")], enospc, 10)
