@@ -144,7 +144,7 @@ def _fingerprint(root):
             cpu += "".join(sorted({ln for ln in f if ln.startswith(("model name", "flags"))}))
     except OSError:
         pass
-    numba_env = sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_"))
+    numba_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("NUMBA_", "DRAPE_PORTABLE")))
     h.update(json.dumps([sys.version, sys.executable, root, numba_version, cpu, platform.machine(),
                          numba_env]).encode())
     return h.hexdigest()
