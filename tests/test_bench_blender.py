@@ -252,3 +252,40 @@ def test_blender_scene_keeps_the_matched_contact_distances():
     assert cloth.collision_settings.self_distance_min == pytest.approx(match.self_distance, abs=1e-6)
     assert cloth.settings.mass == pytest.approx(match.mass_per_vertex)
     assert len(bpy.data.objects["sphere"].data.polygons) == match.sphere_segments * match.sphere_rings
+
+
+def test_equal_quality_search_takes_the_cheapest_substeps_at_or_below_the_target(capsys):
+    """On a tiny Drape-only scene (a Drape run at 8 substeps stands in for the
+    target): the matched row is the first probe at or below the target on the
+    criterion, a criterion no probe meets is null with the reason, and the
+    default-settings ratio printed beside the match is the default row's."""
+    import json
+    match = bb.Match(gravity=5.7, air_drag=0.8)
+    sheet = bs.Sheet(8)
+    cross = (FRAMES,)
+    bb.RESULTS.clear()
+    target = bb.DrapeCase("tiny", sheet, FRAMES, match, 8, crossing_frames=cross).run().record()
+    target.update(quality=5, self_collision=False)
+    default = bb.DrapeCase("tiny", sheet, FRAMES, match, 2, crossing_frames=cross).run()
+    default_rec = default.record(vs=target)
+    unreachable = dict(target, strain_mean=-1.0)          # no run has a negative strain
+    criteria = {"equal_strain": bb.STRAIN_COLUMNS, "never": ("strain_mean",)}
+    candidates = [2, 4, 8, 16]
+
+    def make(n):
+        return default if n == 2 else bb.DrapeCase("tiny", sheet, FRAMES, match, n, crossing_frames=cross)
+
+    found, probes = bb.substep_search(make, candidates, target, {"equal_strain": bb.STRAIN_COLUMNS})
+    first = next(p["substeps"] for p in probes
+                 if p["strain_mean"] <= target["strain_mean"] and p["strain_p99"] <= target["strain_p99"])
+    assert found["equal_strain"].params.substeps == first <= 8
+    assert len(default.per_run) == 1                       # the default row is not re-timed by the search
+    found2, probes2 = bb.substep_search(make, candidates, unreachable, {"never": ("strain_mean",)})
+    assert found2["never"] is None and len(probes2) == len(candidates)
+    found["never"] = None
+    rows = bb.equal_quality_rows("tiny", 1, target, default_rec, found, probes, candidates, criteria, "t")
+    assert rows["equal_strain"]["substeps"] == first
+    assert rows["equal_strain"]["speedup_vs_blender_default_settings"] == default_rec["speedup_vs_blender"]
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    never = [r for r in printed if r.get("comparison", "").startswith("never")]
+    assert never and never[0]["speedup_vs_blender"] is None and never[0]["reason"].startswith("not computed")
