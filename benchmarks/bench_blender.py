@@ -684,7 +684,7 @@ class DrapeCase(Case):
         rec = super().base()
         p = self.params
         rec.update(substeps=p.substeps, iterations=p.iterations, steps_per_frame=self.steps_per_frame,
-                   self_collision=self.self_collision, tethers=bool(p.tethers), threads=int(p.threads),
+                   self_collision=self.self_collision, tethers=bool(p.tethers), threads=1,
                    ms_per_step_median=round(self.ms_per_frame / self.steps_per_frame, 4))
         return rec
 
