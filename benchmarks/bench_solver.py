@@ -115,6 +115,35 @@ print(t1 - t0, t2 - t1)
 """
 
 
+# The add-on's defaults (properties.py) at 24 frames a second.
+ADDON_DEFAULTS = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+PIN_LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
+
+
+def pinned_sheet(nx, layout, frames=96, fps=24):
+    """A 1 m sheet of nx x nx quads hung by one corner, its two top corners,
+    its top row or its left and right columns, at the add-on's defaults:
+    ms per step and the edge strain once it has hung for `frames` frames
+    (max_stretch: the largest l / rest - 1; mean_abs_strain: the mean of
+    |l / rest - 1|, compression counts)."""
+    rest, fi, fs, _ = hanging_sheet(nx, nx)
+    top, left, right = (np.isclose(rest[:, 2], 1.0), np.isclose(rest[:, 0], 0.0), np.isclose(rest[:, 0], 1.0))
+    held = {"one_corner": top & left, "two_corners": top & (left | right), "one_edge": top,
+            "two_edges": left | right}[layout]
+    params = ClothParams(**ADDON_DEFAULTS)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(np.float32), params)
+    state = model.new_state()
+    times = []
+    for _ in range(frames):
+        c0 = time.thread_time()
+        step(model, state, None, 1.0 / fps, params)
+        times.append(time.thread_time() - c0)
+    s = edge_strain(state.positions_aos(), model.stretch.pairs, model.stretch.rest)
+    return dict(scene=f"pinned_sheet_{layout}", vertices=int(model.n), substeps=params.substeps, threads=1,
+                fps=fps, frames=frames, ms_per_step_median=round(median_ms(times[frames // 4:]), 4),
+                max_stretch=round(float(s.max()), 5), mean_abs_strain=round(float(np.abs(s).mean()), 5))
+
+
 def compile_times():
     """First build + step in a fresh process, numba cache empty (cold) and warm."""
     bench = str(pathlib.Path(__file__).resolve().parent)
@@ -145,6 +174,9 @@ def main():
     for limits in (True, False):
         row = swinging(32, 20, True, scene="sheet32_20_substeps_swinging_capsule", limits=limits, repeats=3)
         emit(**row)
+    for nx in ((20, 50) if quick else (20, 50, 100)):
+        for layout in PIN_LAYOUTS:
+            emit(**pinned_sheet(nx, layout))
     sizes = (32, 64, 100) if quick else (32, 64, 100, 200, 300)
     base = None
     for nx in sizes:

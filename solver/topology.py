@@ -187,35 +187,86 @@ def colour_order(idx, n_vertices):
 
 
 @njit(**PLAIN)
-def _dijkstra(indptr, nbr, wgt, sources, n):
-    dist = np.full(n, np.inf)
-    origin = np.full(n, -1, dtype=np.int64)
-    heap = [(0.0, np.int64(0))]
+def _nearest_components(indptr, nbr, wgt, sources, labels, n, k):
+    """Multi-source Dijkstra that settles each vertex once per source label,
+    up to k labels: for every vertex the k nearest pinned components (their
+    geodesic distance and the pinned vertex reached first). Returns
+    (dist (n, k), anchor (n, k), count (n,))."""
+    dist = np.full((n, k), np.inf)
+    anchor = np.full((n, k), -1, dtype=np.int64)
+    label = np.full((n, k), -1, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    heap = [(0.0, np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
-    for s in sources:
-        dist[s] = 0.0
-        origin[s] = s
-        heap.append((0.0, np.int64(s)))
+    for j in range(sources.shape[0]):
+        s = sources[j]
+        heap.append((0.0, np.int64(s), np.int64(labels[j]), np.int64(s)))
     heapq.heapify(heap)
     while len(heap) > 0:
-        d, u = heapq.heappop(heap)
-        if d > dist[u]:
+        d, u, lab, anc = heapq.heappop(heap)
+        if count[u] >= k:
             continue
+        seen = False
+        for q in range(count[u]):
+            if label[u, q] == lab:
+                seen = True
+        if seen:
+            continue
+        c = count[u]
+        dist[u, c] = d
+        anchor[u, c] = anc
+        label[u, c] = lab
+        count[u] = c + 1
         for e in range(indptr[u], indptr[u + 1]):
             v = nbr[e]
-            nd = d + wgt[e]
-            if nd < dist[v]:
-                dist[v] = nd
-                origin[v] = origin[u]
-                heapq.heappush(heap, (nd, v))
-    return dist, origin
+            if count[v] >= k:
+                continue
+            known = False
+            for q in range(count[v]):
+                if label[v, q] == lab:
+                    known = True
+            if not known:
+                heapq.heappush(heap, (d + wgt[e], v, lab, anc))
+    return dist, anchor, count
 
 
-def geodesic_tethers(rest, edges, anchors):
+# Each free vertex is tethered to its nearest pinned vertex in each of up to
+# this many pinned regions (connected pinned vertices). With the nearest pin
+# alone, cloth held in two places split where the nearest pin changes sides:
+# each half held by its own tethers, the edges on the seam between them
+# carried the pull (`make bench-solver`'s pinned-sheet rows).
+TETHER_REGIONS = 2
+
+
+def pinned_regions(edges, anchors, n):
+    """A label per anchor: its connected component among the anchors (along edges)."""
+    anchors = np.asarray(anchors, dtype=np.int64)
+    parent = np.arange(n)
+    pinned = np.zeros(n, dtype=bool)
+    pinned[anchors] = True
+    both = pinned[edges[:, 0]] & pinned[edges[:, 1]] if len(edges) else np.zeros(0, dtype=bool)
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in edges[both]:
+        ra, rb = find(int(a)), find(int(b))
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    roots = np.array([find(int(a)) for a in anchors], dtype=np.int64)
+    return np.unique(roots, return_inverse=True)[1].astype(np.int64)
+
+
+def geodesic_tethers(rest, edges, anchors, regions=None):
     """Long-range attachments: each vertex reachable from an anchor gets
     (anchor, geodesic rest distance) via multi-source Dijkstra along the rest
-    edges (so a cape's hem is not tethered straight through the body).
-    Returns (vertex, anchor, length) for non-anchor reachable vertices."""
+    edges (so a cape's hem is not tethered straight through the body), one
+    per pinned region for its `regions` nearest regions (default
+    TETHER_REGIONS). Returns (vertex, anchor, length) for non-anchor
+    reachable vertices, sorted by vertex."""
     n = len(rest)
     anchors = np.asarray(anchors, dtype=np.int64)
     if len(anchors) == 0 or len(edges) == 0:
@@ -230,11 +281,15 @@ def geodesic_tethers(rest, edges, anchors):
     nbr, wgt = dst[order], w[order]
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
-    dist, origin = _dijkstra(indptr, nbr, wgt, anchors, n)
+    labels = pinned_regions(np.asarray(edges, dtype=np.int64), anchors, n)
+    k = max(int(TETHER_REGIONS if regions is None else regions), 1)
+    dist, anchor, count = _nearest_components(indptr, nbr, wgt, anchors, labels, n, k)
     is_anchor = np.zeros(n, dtype=bool)
     is_anchor[anchors] = True
-    v = np.flatnonzero((origin >= 0) & ~is_anchor)
-    return v, origin[v], dist[v]
+    slot = np.arange(dist.shape[1])[None, :] < count[:, None]
+    slot &= ~is_anchor[:, None]
+    v = np.nonzero(slot)[0]
+    return v, anchor[slot], dist[slot]
 
 
 # Two levels: with 2, 4, 8 and 16 the limits (75k on a 10k sheet) cost more

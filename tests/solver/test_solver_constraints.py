@@ -366,3 +366,77 @@ def test_fourth_item_of_the_constraint_records_stays_zero():
     out = np.empty_like(pos)
     integrate.from_aos4(p4, out)
     assert np.array_equal(out, p4.reshape(-1, 4)[:, :3].T)
+
+
+def _dijkstra_reference(rest, edges, sources):
+    """Plain-Python Dijkstra over the rest edges (independent of topology.py)."""
+    import heapq
+
+    adj = {}
+    for a, b in edges:
+        d = float(np.linalg.norm(rest[a] - rest[b]))
+        adj.setdefault(int(a), []).append((int(b), d))
+        adj.setdefault(int(b), []).append((int(a), d))
+    dist = {int(s): 0.0 for s in sources}
+    heap = [(0.0, int(s)) for s in sources]
+    heapq.heapify(heap)
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist.get(u, np.inf):
+            continue
+        for v, w in adj.get(u, ()):
+            if d + w < dist.get(v, np.inf):
+                dist[v] = d + w
+                heapq.heappush(heap, (d + w, v))
+    return dist
+
+
+def test_tethers_reach_the_nearest_pin_of_each_of_the_two_nearest_pinned_regions():
+    """Three pinned regions (two corners of the top row and the middle of the
+    bottom row): every free vertex gets one tether per region for its two
+    nearest regions, each the geodesic distance to that region."""
+    rest, fi, fs = oracles.grid_sheet(7, 7)
+    n = len(rest)
+    top = np.flatnonzero(np.isclose(rest[:, 2], 1.0))
+    bottom = np.flatnonzero(np.isclose(rest[:, 2], 0.0))
+    regions = [top[:2], top[-2:], bottom[2:5]]
+    pinned = np.concatenate(regions)
+    model = build_model(rest, fi, fs, np.ones(n), np.isin(np.arange(n), pinned).astype(float), ClothParams())
+    edges = model.graph_edges
+    ref = [_dijkstra_reference(rest, edges, r) for r in regions]
+    v, a, length = (model.tethers.vertex.astype(int), model.tethers.anchor.astype(int),
+                    model.tethers.length.astype(float))
+    free = np.setdiff1d(np.arange(n), pinned)
+    assert set(v) == set(free)
+    for i in free:
+        mine = sorted(length[v == i])
+        expected = sorted(r[i] for r in ref)[:2]
+        assert np.allclose(mine, expected, atol=1e-5), (i, mine, expected)
+        # Each tether's anchor is a pinned vertex at that geodesic distance.
+        for anc, ln in zip(a[v == i], length[v == i]):
+            assert anc in pinned
+            assert abs(_dijkstra_reference(rest, edges, [anc])[i] - ln) < 1e-5
+
+
+@pytest.mark.parametrize("nx,substeps", [(20, 4), (30, 4), (30, 8)])
+def test_cloth_held_by_two_opposite_edges_does_not_tear_along_the_middle(nx, substeps, monkeypatch):
+    """A sheet hung by its left and right columns at the add-on's defaults:
+    with a tether to each held edge the settled edges stretch <= 10 %;
+    tethered to the nearest edge only, the two halves part along the middle
+    (the test can fail)."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = (np.isclose(rest[:, 0], 0.0) | np.isclose(rest[:, 0], 1.0)).astype(float)
+
+    def settled_max_stretch():
+        params = ClothParams(substeps=substeps, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held, params)
+        state = model.new_state()
+        for _ in range(72):
+            step(model, state, None, 1 / 24, params)
+        x = state.positions_aos().astype(np.float64)
+        return float(oracles.edge_strain(x, model.stretch.pairs, rest).max())
+
+    assert settled_max_stretch() <= 0.10
+    monkeypatch.setattr(topology, "TETHER_REGIONS", 1)
+    if nx >= 30 and substeps == 4:
+        assert settled_max_stretch() > 0.10
