@@ -67,11 +67,9 @@ class Model:
         self.stretch = DistanceConstraints(struct, self.rest_positions)
         self.shear = DistanceConstraints(diag, self.rest_positions)
         # Long-range stretch limits (unilateral, solved when params.stretch_limits),
-        # three quarters of a correction per substep: fighting the frozen self
-        # contacts of a crushed pile, four levels of them at full strength
-        # pumped energy in (a 64x64 sheet thrown into a wall at 1.5 m/s reached
-        # 36 m/s); two levels at 0.75 peak like the run without limits, and the
-        # sphere-shoved sheet keeps most of the gain (mean strain 0.079 -> 0.031).
+        # three quarters of a correction per substep: at full strength they
+        # fight the frozen self contacts of crushed cloth and pump energy in
+        # (tests/solver/test_selfcollision_scenarios.py's crushed pile).
         limit_pairs, limit_rest = topology.stretch_limit_pairs(self.rest_positions, struct)
         self.limits = DistanceConstraints(limit_pairs, self.rest_positions, rest=limit_rest, relaxation=0.75)
         self.bend = BendingConstraints(self.rest_positions, self.triangles)

@@ -292,13 +292,10 @@ def geodesic_tethers(rest, edges, anchors, regions=None):
     return v, anchor[slot], dist[slot]
 
 
-# Two levels: with 2, 4, 8 and 16 the limits (75k on a 10k sheet) cost more
-# than stretch and shear together (+55% per step) for a little less stretch
-# on the sphere-shoved sheet (mean strain 0.026 against 0.031). Which two
-# matters less than it seems, but 3 + 12 and 4 + 16 let the blanket of
-# tests/blender's cloth-cloth scene through the hammock (46 crossing
-# triangle pairs) where 4 + 12 and 6 + 24 did not: cloth-cloth contacts at
-# 10 substeps are at their limit there.
+# Two levels: more levels (2, 4, 8, 16) cost more than stretch and shear
+# together for little less stretch (`make bench-solver`'s pinned-sheet rows);
+# spans 4 and 12 keep the blanket of tests/blender's cloth-cloth scene out of
+# the hammock, where 3 + 12 and 4 + 16 let it through.
 STRETCH_LIMIT_SPANS = (4, 12)
 
 
