@@ -1,5 +1,5 @@
-"""The step's settings as one named record, and the float32 constants the
-kernels share.
+"""The step's settings as one named record, and the float32 constants and
+array conversions the kernels and their builders share.
 
 step.py fills a one-item structured array of CONFIG from ClothParams and
 the substep length; the compiled loop reads its item (a numba Record) by
@@ -35,3 +35,13 @@ CONFIG = np.dtype([(name, np.float32) for name in (
 def new_config():
     """A zeroed one-item CONFIG array."""
     return np.zeros(1, dtype=CONFIG)
+
+
+def as_u32(a):
+    """a as a C-contiguous uint32 array (indices, as the kernels read them)."""
+    return np.ascontiguousarray(a, dtype=np.uint32)
+
+
+def as_f32(a):
+    """a as a C-contiguous float32 array."""
+    return np.ascontiguousarray(a, dtype=np.float32)

@@ -12,7 +12,8 @@ import numpy as np
 from numba import njit
 
 from .colliders import contact_friction
-from .colliders.capsule import capsule_boxes_into, path_misses, prepare_capsules_into, swept_box_union, swept_contacts_into
+from .colliders.capsule import (capsule_boxes_into, path_misses, prepare_capsules_into, swept_box_union,
+                                swept_contacts_into)
 from .config import EPS, F0, F1, FHALF, FINF
 from .hardware import compact_flags
 from .jit import FLAT, KERNEL as JIT, NoAliasCompiler

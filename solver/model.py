@@ -3,17 +3,12 @@
 import numpy as np
 
 from . import topology
+from .config import as_f32, as_u32
 from .colliders import collider_scratch
 from .constraints import BendingConstraints, DistanceConstraints, Tethers
 from .params import ClothParams, SolverError
 
 
-def _f32(a):
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def _u32(a):
-    return np.ascontiguousarray(a, dtype=np.uint32)
 
 
 class State:
@@ -50,10 +45,10 @@ class Model:
     def __init__(self, rest_positions, face_indices, face_sizes, mass, pin_weight, region):
         n = len(rest_positions)
         self.n = n
-        self.rest_positions = _f32(rest_positions)
+        self.rest_positions = as_f32(rest_positions)
         self.face_indices = np.asarray(face_indices, dtype=np.int64)
         self.face_sizes = np.asarray(face_sizes, dtype=np.int64)
-        self.mass = _f32(mass)
+        self.mass = as_f32(mass)
         self.region = np.ascontiguousarray(region, dtype=np.int32)
         self.self_collision = None
 
@@ -83,7 +78,7 @@ class Model:
             self.graph_edges = topology.unique_pairs(allp[:, 0], allp[:, 1])
         else:
             self.graph_edges = np.zeros((0, 2), np.int64)
-        self.tris_soa = _u32(self.triangles.T) if len(self.triangles) else np.zeros((3, 0), np.uint32)
+        self.tris_soa = as_u32(self.triangles.T) if len(self.triangles) else np.zeros((3, 0), np.uint32)
 
         # Solver scratch (one step at a time per model).
         self.prev = np.zeros((3, n), dtype=np.float32)
@@ -121,8 +116,8 @@ class Model:
         self.pin_weight = w
         self.pin_version += 1
         kinematic = w >= 1.0
-        self.kinematic = _u32(np.flatnonzero(kinematic))
-        self.soft = _u32(np.flatnonzero((w > 0.0) & ~kinematic))
+        self.kinematic = as_u32(np.flatnonzero(kinematic))
+        self.soft = as_u32(np.flatnonzero((w > 0.0) & ~kinematic))
         self.soft_weight = w[self.soft].astype(np.float32)
         self.soft_lam = np.zeros((3, len(self.soft)), dtype=np.float32)
         self.inv_mass = np.where(kinematic, 0.0, 1.0 / self.mass).astype(np.float32)
@@ -179,7 +174,7 @@ class Model:
 
     def soft_pin_compliance(self, params):
         w = self.soft_weight
-        return _f32(params.pin_compliance * (1.0 - w) / np.maximum(w, 1e-12))
+        return as_f32(params.pin_compliance * (1.0 - w) / np.maximum(w, 1e-12))
 
     # -- state ----------------------------------------------------------------
 

@@ -12,7 +12,8 @@ in project_colliders_into, and a field of StepInputs (params.py).
 import numpy as np
 from numba import njit
 
-from .capsule import Capsules, capsule_boxes, capsule_distance_pre, capsule_row_off, outside_capsule, prepare_capsules, sweep_scratch, swept_box_union
+from .capsule import (Capsules, capsule_boxes, capsule_distance_pre, capsule_row_off, outside_capsule,
+                      prepare_capsules, sweep_scratch, swept_box_union)
 from .plane import Planes
 from ..config import EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT, NoAliasCompiler

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from .. import topology
-from ..config import EPS, F0, F1
+from ..config import as_f32, as_u32, EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT
 
 # idx (4, m) vertices, k (4, m) weights, wk = w k, swk2 = sum w k^2, rest
@@ -22,12 +22,6 @@ BendingRecord = namedtuple("BendingRecord", "idx k wk swk2 rest lam idx4 coef id
 FastBendingRecord = namedtuple("FastBendingRecord", "idx_rec coef")
 
 
-def _u32(a):
-    return np.ascontiguousarray(a, dtype=np.uint32)
-
-
-def _f32(a):
-    return np.ascontiguousarray(a, dtype=np.float32)
 
 
 class BendingConstraints:
@@ -38,16 +32,16 @@ class BendingConstraints:
         self.idx_aos = idx[order]
         self.k64 = k[order]
         self.rest64 = rest_norm[order]
-        self.idx = _u32(self.idx_aos.T)
-        self.k = _f32(self.k64.T)
+        self.idx = as_u32(self.idx_aos.T)
+        self.k = as_f32(self.k64.T)
         self.wk = np.zeros_like(self.k)
         self.swk2 = np.zeros(len(idx), dtype=np.float32)
-        self.rest = _f32(self.rest64)
+        self.rest = as_f32(self.rest64)
         self.lam = np.zeros(len(idx), dtype=np.float32)
         # Fast-kernel records (flat, 32-byte stride): k1, k2, k3, rest, c0..c3,
         # plus the four vertex indices: two base pointers instead of nine.
-        self.idx4 = _u32(self.idx_aos.reshape(-1))
-        self.idx_rec = _u32(self.idx_aos.reshape(-1) * 4)   # record offsets (see DistanceConstraints)
+        self.idx4 = as_u32(self.idx_aos.reshape(-1))
+        self.idx_rec = as_u32(self.idx_aos.reshape(-1) * 4)   # record offsets (see DistanceConstraints)
         self.coef = np.zeros((len(idx), 8), dtype=np.float32)
         self.coef[:, 0:3] = self.k[1:4].T
         self.coef[:, 3] = self.rest

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from .. import topology
-from ..config import EPS, F0, F1
+from ..config import as_f32, as_u32, EPS, F0, F1
 from ..hardware import rsqrt
 from ..jit import FLAT, KERNEL as JIT
 
@@ -29,12 +29,6 @@ DistanceRecord = namedtuple("DistanceRecord", "a b wa wb rest lam ab coef ab_rec
 FastDistanceRecord = namedtuple("FastDistanceRecord", "ab_rec coef")
 
 
-def _u32(a):
-    return np.ascontiguousarray(a, dtype=np.uint32)
-
-
-def _f32(a):
-    return np.ascontiguousarray(a, dtype=np.float32)
 
 
 class DistanceConstraints:
@@ -50,24 +44,24 @@ class DistanceConstraints:
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         order, self.offsets = topology.colour_order(pairs, n)
         pairs = pairs[order]
-        self.a = _u32(pairs[:, 0])
-        self.b = _u32(pairs[:, 1])
+        self.a = as_u32(pairs[:, 0])
+        self.b = as_u32(pairs[:, 1])
         if rest is None:
             r = rest_positions.astype(np.float64)
-            self.rest = _f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
+            self.rest = as_f32(np.linalg.norm(r[pairs[:, 0]] - r[pairs[:, 1]], axis=1))
         else:
-            self.rest = _f32(np.asarray(rest, dtype=np.float64)[order])
+            self.rest = as_f32(np.asarray(rest, dtype=np.float64)[order])
         self.lam = np.zeros(len(pairs), dtype=np.float32)
         self.wa = np.zeros(len(pairs), dtype=np.float32)
         self.wb = np.zeros(len(pairs), dtype=np.float32)
         # The fast kernel reads one record per constraint (flat, 16-byte
         # stride: ca, cb, rest, pad) and one index pair: two base pointers
         # instead of five, so the loop keeps everything in registers.
-        self.ab = _u32(pairs.reshape(-1))
+        self.ab = as_u32(pairs.reshape(-1))
         # The same pairs as offsets of the x, y, z, 0 records (4 x index):
         # the record kernels index with them as they are (no shift per
         # vertex; 0.93x on the 100x100 sheet's stretch, timed alone).
-        self.ab_rec = _u32(pairs.reshape(-1) * 4)
+        self.ab_rec = as_u32(pairs.reshape(-1) * 4)
         self.coef = np.zeros((len(pairs), 4), dtype=np.float32)
         self.coef[:, 2] = self.rest
         self.ca = self.coef[:, 0]
