@@ -100,6 +100,7 @@ class _StepCache:
     def __init__(self, key, dt, pin_version, config, soft_alpha, records, fast_records, default):
         self.key, self.dt, self.pin_version = key, dt, pin_version
         self.config, self.soft_alpha, self.default = config, soft_alpha, default
+        self.per_step = None   # (acceleration given, collider offset max, wind given) in config
         # Plain tuples for the call (see constraints.distance.DistanceRecord).
         self.records = tuple(tuple(r) for r in records)
         self.fast_records = tuple(tuple(r) for r in fast_records)
@@ -158,10 +159,13 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     if cached is None or not cached.matches(key, dt, model.pin_version):
         cached = _CACHES[model] = _prepare(model, params, key, dt, h)
     config = cached.config
-    c = config[0]
-    c["use_accel"] = 1.0 if accel is not None else 0.0
-    c["coff_max"] = model.collider_offset_max
-    c["use_wind"] = 1.0 if wind is not None else 0.0
+    per_step = (accel is not None, model.collider_offset_max, wind is not None)
+    if per_step != cached.per_step:
+        # Written only when they change: a field of a structured record
+        # costs more to set than the rest of a small cloth's dispatch.
+        c = config[0]
+        c["use_accel"], c["coff_max"], c["use_wind"] = float(per_step[0]), per_step[1], float(per_step[2])
+        cached.per_step = per_step
     accel = _NO_FIELD if accel is None else accel
     wind = _NO_FIELD if wind is None else wind
     caps = _EMPTY_CAPS if caps is None else caps
