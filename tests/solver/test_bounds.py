@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent("""
     rest, quads, sizes = sheet(2, 0.02, 0.0)
     pin = np.zeros(len(rest), np.float32)
     pin[0] = 1.0
-    params = solver.ClothParams(substeps=2, threads=1)
+    params = solver.ClothParams(substeps=2)
     model = solver.build_model(rest, quads, sizes, solver.vertex_masses(rest, quads, sizes, 0.2), pin, params)
     state = model.new_state()
     ends = [[-1.0, 0.01, 0.05]], [[1.0, 0.01, 0.05]]
