@@ -44,8 +44,10 @@ import time
 # first), with the seconds of CPU each took to compile cold, used only to
 # weigh the progress shown; see warmup_child for what each one drives.
 GROUPS = {
+    "step_sweep": 9.0,
     "build": 2.5,
-    "step": 15.0,
+    "step_solve": 5.0,
+    "step": 4.0,
     "general": 25.0,
     "self": 53.0,
     "skin": 19.0,
@@ -378,7 +380,8 @@ def needed(objs, scene=None):
     path is one iteration, undamped stretch, shear and bend, no wind) and
     what runtime adds (self collision, a proxy's or automatic mesh's skin)."""
     lead = objs[0].drape
-    groups = {"build"}
+    # The default step's kernels come first for every cloth: every loop calls them.
+    groups = {"build", "step_sweep", "step_solve"}
     windy = False
     if scene is not None:
         from . import wind
@@ -497,7 +500,7 @@ def status_line(scene=None):
     if state.message:
         return state.message.removeprefix("Drape: ")
     groups = needed_by(scene) if scene is not None else set()
-    groups = groups or {"build", "step"}
+    groups = groups or {"build", "step_sweep", "step_solve", "step"}
     if ready(groups):
         return None
     return f"Compiling the solver… {int(100 * progress(groups))}%"

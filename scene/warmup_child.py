@@ -136,6 +136,7 @@ class _Env:
 
     def __init__(self, package):
         self.solver = importlib.import_module(package + ".solver")
+        self.loop = importlib.import_module(package + ".solver.loop")
         self.skinning = importlib.import_module(package + ".solver.skinning")
         self.selfcollision = importlib.import_module(package + ".solver.selfcollision")
         self.simplify = importlib.import_module(package + ".solver.simplify")
@@ -376,10 +377,52 @@ def group_build(env):
     _Live(env, _Cloth())
 
 
+def _sweep_lock():
+    """A file next to numba's cache held while "step_sweep" compiles (POSIX;
+    elsewhere, and without a cache folder, None: one worker does the groups
+    in order)."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    try:
+        import fcntl
+    except ImportError:
+        return None, None
+    if not folder:
+        return None, None
+    os.makedirs(folder, exist_ok=True)
+    return fcntl, open(os.path.join(folder, ".drape-warmup-sweep.lock"), "a")
+
+
+def group_step_sweep(env):
+    """The default step's per-vertex pass between substeps and its swept
+    capsule contacts (solver.loop.precompile), the longest part of the
+    step's compile, side by side with "build" and "step_solve" in the other
+    worker."""
+    fcntl, lock = _sweep_lock()
+    if lock is not None:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        env.loop.precompile("sweep")
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def group_step_solve(env):
+    """The default step's constraints, collider projection and velocities
+    (solver.loop.precompile)."""
+    env.loop.precompile("solve")
+
+
 def group_step(env):
     """The default settings' step (one iteration, no damping, no wind): the
     compiled fast step with pins, a capsule and a plane, one frame and a
-    skipped frame (interpolated pins and colliders)."""
+    skipped frame (interpolated pins and colliders). Its kernels come from
+    "step_sweep" and "step_solve": it waits while another worker still
+    compiles the sweep, so that only the loop itself is left to compile."""
+    fcntl, lock = _sweep_lock()
+    if lock is not None:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        lock.close()
     live = _Live(env, _Cloth())
     live.advance()
     live.advance(gap=2)
@@ -481,7 +524,9 @@ def _triangles(faces, sizes):
 
 
 GROUPS = {
+    "step_sweep": group_step_sweep,
     "build": group_build,
+    "step_solve": group_step_solve,
     "step": group_step,
     "self": group_self,
     "general": group_general,

@@ -20,12 +20,13 @@ the general branches are dead at compile time (numba prunes a branch on a
 constant), so both read the same source.
 """
 
+import numba
 import numpy as np
-from numba import njit
+from numba import njit, types
 
-from .colliders import interpolate_colliders, project_colliders_into
+from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
-from .config import F0, F1
+from .config import F0, F1, new_config
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
 from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_distance, solve_distance_fast,
@@ -36,7 +37,7 @@ from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_col
                         update_velocities, vertex_lists)
 from .jit import FLAT
 from .jit import KERNEL as JIT
-from .jit import specialised
+from .jit import compiled_fast, specialised
 from .selfcollision import solve_serial
 
 # Replaced by True in run_general (see jit.specialised).
@@ -198,3 +199,69 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
 
 run = njit(**JIT)(specialised(_run, "run", GENERAL=False))
 run_general = njit(**JIT)(specialised(_run, "run_general", GENERAL=True))
+
+
+# ---------------------------------------------------------------- compiling ahead
+#
+# Compiling `run` compiles every kernel it calls, one after the other. A
+# kernel already in numba's disk cache is loaded instead, so processes that
+# compile the parts first, side by side, leave `run` only its own module to
+# compile (scene/warmup_child.py: one process compiles "sweep", another
+# "solve", then `run`). The argument types are those _run passes; a kernel
+# whose arguments change here compiles twice (tests/solver/test_loop.py
+# checks that compiling the parts leaves run nothing else to compile).
+
+
+def _part_calls(part, n=8):
+    """(kernel, argument types) of one part of `run`'s default path."""
+    f32, u32 = np.float32, np.uint32
+    rows = np.zeros((3, n), f32)
+    flat = np.zeros(4 * n, f32)
+    index = np.zeros(2 * n, u32)
+    vec = np.zeros(n, f32)
+    ids = np.zeros(n, u32)
+    cfg = new_config()[0]
+    cap0, cap1, plane1, box0, box1, sweep = collider_scratch(n, 1, 1)
+    hit = np.zeros(n, np.int32)
+    entry = np.zeros((9, n), f32)
+    contact = np.zeros((7, n), f32)
+    sel = np.zeros(n, np.uint8)
+    field = np.zeros((3, 1), f32)
+    ubox = tuple(f32(0) for _ in range(6))
+    count, h = np.int64(0), f32(0)
+    flag = types.literal
+    if part == "sweep":
+        return [(advance_vertices, (rows, rows, rows, vec, cfg, field, contact, ids, count, ids, rows, rows, h,
+                                    cap0, cap1, hit, entry, vec, True, ids, sel, box0, sweep))]
+    if part == "solve":
+        return [
+            (vertex_lists, (count,)),
+            (interpolate_colliders, (cap0, plane1, h, h, h, cap0, cap1, plane1)),
+            (capsule_boxes_into, (cap1, cap1, h, box1)),
+            (swept_box_union, (box1,)),
+            (to_aos4, (rows, flat)),
+            (solve_distance_fast4, (flat, index, flat, flag(False))),
+            (solve_distance_fast4, (flat, index, flat, flag(True))),
+            (solve_bending_fast4, (flat, index, flat, True)),
+            (solve_tethers_fast4, (flat, ids, ids, vec, vec, h)),
+            (from_aos4_collect, (flat, rows, hit, ubox, ids, sel)),
+            (from_aos4, (flat, rows)),
+            (solve_tethers, (rows, rows, ids, ids, vec, vec, h, h, h)),
+            (solve_soft_pins, (rows, ids, vec, rows, vec, rows, rows, h, True)),
+            (project_colliders_into, (rows, vec, cap1, plane1, h, hit, entry, contact, vec, ids, count, ids, count,
+                                      box1, sweep[0])),
+            (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
+        ]
+    raise ValueError(f"unknown part {part!r} (sweep, solve)")
+
+
+def precompile(part):
+    """Compile (or load from numba's cache) the kernels of one part of the
+    default loop, "sweep" (the per-vertex pass between substeps and the
+    swept capsule contacts) or "solve" (the constraints, the projection and
+    the velocities), as `run` would; returns how many."""
+    calls = _part_calls(part)
+    with compiled_fast():
+        for kernel, args in calls:
+            kernel.compile(tuple(a if isinstance(a, types.Type) else numba.typeof(a) for a in args))
+    return len(calls)

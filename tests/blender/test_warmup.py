@@ -323,7 +323,7 @@ def test_background_compile_is_what_the_first_play_of_every_kind_loads(tmp_path)
     _check_played(played, SCENES)
     # Loaded, the default scene's first frames take a fraction of the seconds compiling them took.
     default = played["scenes"]["default"]
-    compile_s = report["done"]["build"]["cpu_s"] + report["done"]["step"]["cpu_s"]
+    compile_s = sum(report["done"][g]["cpu_s"] for g in ("build", "step_sweep", "step_solve", "step"))
     assert default["wall_s"] < 0.25 * compile_s, (default, compile_s)
 
 
@@ -439,12 +439,13 @@ def _plain_cloth(name="Plain"):
 def test_each_kind_of_cloth_needs_its_groups(addon):
     from drape.scene import warmup
 
+    parts = {"build", "step_sweep", "step_solve"}
     cases = {
-        "default": {"build", "step"},
-        "self": {"build", "self"},
-        "proxy": {"build", "step", "skin"},
-        "windy": {"build", "general"},
-        "pair": {"build", "self"},
+        "default": parts | {"step"},
+        "self": parts | {"self"},
+        "proxy": parts | {"step", "skin"},
+        "windy": parts | {"general"},
+        "pair": parts | {"self"},
     }
     for kind, expected in cases.items():
         scene, cloths = build_scene(kind)
@@ -452,7 +453,7 @@ def test_each_kind_of_cloth_needs_its_groups(addon):
         assert warmup.needed_by(scene) == expected, kind
     scene, (sheet,) = build_scene("self")
     sheet.drape.iterations = 3
-    assert warmup.needed([sheet], scene) == {"build", "self", "self_general"}
+    assert warmup.needed([sheet], scene) == parts | {"self", "self_general"}
 
 
 def test_progress_counts_the_needed_groups_by_their_weight(fresh_warmup, monkeypatch, tmp_path):
@@ -467,14 +468,16 @@ def test_progress_counts_the_needed_groups_by_their_weight(fresh_warmup, monkeyp
     state.message = None
     state.queue = [g for g in warmup.GROUPS if g != "build"]
     state.done["build"] = {"group": "build", "wall_s": warmup.GROUPS["build"]}
-    want = warmup.GROUPS["build"] / (warmup.GROUPS["build"] + warmup.GROUPS["step"])
-    assert warmup.progress({"build", "step"}) == pytest.approx(want)
+    default = ("build", "step_sweep", "step_solve", "step")
+    want = warmup.GROUPS["build"] / sum(warmup.GROUPS[g] for g in default)
+    assert warmup.progress(set(default)) == pytest.approx(want)
     obj = _plain_cloth()
     scene = bpy.context.scene
     assert not warmup.ready_for([obj], scene)
-    assert state.queue[0] == "step", "what the scene needs is compiled next"
+    assert state.queue[:3] == ["step_sweep", "step_solve", "step"], "what the scene needs is compiled next"
     assert warmup.status_line(scene) == f"Compiling the solver… {int(100 * want)}%"
-    state.done["step"] = {"group": "step", "wall_s": warmup.GROUPS["step"]}
+    for g in default[1:]:
+        state.done[g] = {"group": g, "wall_s": warmup.GROUPS[g]}
     assert warmup.ready_for([obj], scene) and warmup.status_line(scene) is None
 
 
@@ -500,4 +503,4 @@ def test_playing_while_compiling_never_stops_blender_for_more_than_a_second(tmp_
     assert result["moved_while_waiting"] == 0.0, "the cloth stays at rest until it simulates"
     assert any(s.startswith("Compiling the solver") for s in result["statuses"]), result["statuses"]
     done = result["report"]["done"]
-    assert {"build", "step"} <= set(done), result["report"]
+    assert {"build", "step_sweep", "step_solve", "step"} <= set(done), result["report"]
