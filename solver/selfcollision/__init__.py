@@ -75,6 +75,7 @@ from .broad import detect_grid, detect_patches, patch_work, step_displacement
 from .cache import NO_FANS, strip_fans, vt_distances
 from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
                         MODE_POINT_POINT)
+from .records import Contacts, Mesh, Patches, Regions
 from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
 from .topology import build_patches, patch_far_pairs, patch_vertices, triangle_components, triangle_rings
 
@@ -367,6 +368,12 @@ class SelfCollision:
                                                        self.ring, n)
         self._pvstart, self._pverts, self._patch_of = patch_vertices(self._pstart, self._ptris, tri, n)
         self._patch_work = patch_work(n, nt, len(self._pstart) - 1)
+        # Plain tuples of the records' fields for the kernels (see broad.detect_patches).
+        self._mesh = tuple(Mesh(self.rest, tri, self.tri_edges, self.edges, self.edge_tris, self.tri_region, self.tri_comp,
+                          self.vtri_start, self.vtri, self.adj_start, self.adj, self.ring_start, self.ring))
+        self._patches = tuple(Patches(self._pstart, self._ptris, self._pnstart, self._pnbr, self._fstart, self._fpair,
+                                self._pvstart, self._pverts, self._patch_of, np.float32(self.flat_cos)))
+        self._patch_work = tuple(self._patch_work)
         self._disp = np.empty((3, n), np.float32)
 
     def _patch_cells(self, corners):
@@ -399,6 +406,8 @@ class SelfCollision:
         self._out_frame = np.empty(cap, dtype=np.int32)
         self._out_target = np.empty(cap, dtype=np.float32)
         self._out_friction = np.empty(cap, dtype=np.float32)
+        self._out = tuple(Contacts(self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                                   self._out_target, self._out_friction))
         self._capacity = cap
 
     def _set_contacts(self, count):
@@ -426,19 +435,14 @@ class SelfCollision:
 
     def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
+        regions = tuple(Regions(self.modes, self.thickness, self.friction, self.conservativeness, self.layers,
+                                np.float32(margin)))
         while True:
-            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.edge_tris,
-                    self.tri_region, self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj,
-                    self.ring_start, self.ring, self.modes, self.thickness,
-                    self.friction, self.conservativeness, self.layers, np.float32(margin))
-            outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
-                    self._out_target, self._out_friction, stats)
             if self.broad_phase == "patch":
-                count = detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
-                                          self._fstart, self._fpair, self._pvstart, self._pverts,
-                                          self._patch_of, np.float32(self.flat_cos), self._patch_work, *outs)
+                count = detect_patches(pos, disp, self._mesh, regions, self._patches, self._patch_work, self._out,
+                                       stats)
             else:
-                count = detect_grid(*args, *outs)
+                count = detect_grid(pos, disp, self._mesh, regions, self._out, stats)
             if count <= self._capacity:
                 break
             self._alloc(int(count * 1.5) + 64)

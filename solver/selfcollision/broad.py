@@ -17,6 +17,7 @@ from ..jit import NoAliasCompiler
 from .constants import F32_INF, F32_ONE, F32_TINY, F32_TWO, F32_ZERO, HELPER, JIT, MODE_OFF, SLACK, SLACK_ABS
 from .geometry import edges_cross, sphere_gap
 from .narrow import narrow_pair
+from .records import Contacts, Mesh, Patches, PatchWork, Regions, Sweep
 
 @njit(cache=True, error_model="numpy", nogil=True)   # no fastmath: it may assume no NaN
 def step_displacement(pos, vel, dt, gx, gy, gz, disp):
@@ -91,7 +92,7 @@ def _tri_box(pos, rel, triangles, t, pad, cons, box):
         v = np.uint64(triangles[t, k])
         lo0, lo1, lo2, hi0, hi1, hi2 = _grow_swept(pos[0, v], pos[1, v], pos[2, v], rel[0, v], rel[1, v],
                                                    rel[2, v], cons, lo0, lo1, lo2, hi0, hi1, hi2)
-    _put_box(box, t, pad, lo0, lo1, lo2, hi0, hi1, hi2)
+    _put_box(box, np.uint64(t), pad, lo0, lo1, lo2, hi0, hi1, hi2)
 
 
 @njit(**JIT)
@@ -344,14 +345,14 @@ def _box_misses(a0, a1, a2, a3, a4, a5, boxf, b6):
 
 
 @njit(**JIT)
-def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, tri_comp, vtri_start,
-                vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
-                out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
-    """Broad phase (uniform grid) + narrow phase. Returns the number of contacts
-    found (may exceed the out arrays' capacity: then call again with more room).
-
-    stats[0] = candidate pairs whose boxes overlap, stats[1] = narrow-phase pairs.
-    """
+def detect_grid(pos, disp, mesh, regions, out, stats):
+    """detect_patches with a uniform grid over the triangle boxes for its
+    broad phase: the same contacts (the triangle pairs visited in another
+    order), for comparison and as a check of the patch rejects."""
+    mesh, regions, out = Mesh(*mesh), Regions(*regions), Contacts(*out)
+    triangles, tri_region, ring_start, ring = mesh.triangles, mesh.tri_region, mesh.ring_start, mesh.ring
+    region_thick, region_cons, margin, mode_matrix = (regions.thickness, regions.conservativeness, regions.margin,
+                                                      regions.modes)
     nt = triangles.shape[0]
     n = pos.shape[1]
     region_pad = np.empty(region_thick.shape[0], np.float32)
@@ -371,7 +372,7 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
         lo2 = min(lo2, box[i, 2])
     mark = np.zeros(n, np.int64)
     stamped = -1
-    count = 0
+    count = np.int64(0)
     overlaps = 0
     narrow = 0
     for A in range(nt):
@@ -404,11 +405,8 @@ def detect_grid(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_reg
                                 or mark[np.uint64(triangles[B, 2])] == A + 1):
                             continue
                         narrow += 1
-                        count = narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
-                                             edge_tris, region_thick, region_fric, region_cons, region_layer,
-                                             tri_region, tri_comp, margin, vtri_start, vtri, box, adj_start, adj, sph,
-                                             out_vertex, out_kind, out_normal, out_frame,
-                                             out_target, out_friction, count)
+                        count = narrow_pair(np.int32(A), np.int32(B), mode, pos, rel, box, sph, mesh, regions, out,
+                                            count)
     stats[0] = overlaps
     stats[1] = narrow
     return count
@@ -456,17 +454,6 @@ def _patch_boxes(p, pstart, ptris, pos, rel, triangles, tri_region, region_pad, 
         r = tri_region[t]
         _tri_box(pos, rel, triangles, t, region_pad[r], region_cons[r], box)
     ready[p] = 1
-
-
-@njit(cache=True)
-def patch_work(n, nt, npatch):
-    """Scratch for detect_patches, allocated once per cloth (fresh large
-    arrays every step cost page faults)."""
-    return (np.empty((nt, 6), np.float32), np.empty((nt, 8), np.float32), np.empty((nt, 16), np.float32),
-            np.empty((7, nt), np.float32), np.empty((npatch, 6), np.float32), np.empty((npatch, 4), np.float32),
-            np.empty(npatch, np.float32), np.empty((npatch, 4), np.float32), np.empty(npatch, np.float32),
-            np.zeros(npatch + 2 * nt, np.uint8), np.empty(npatch, np.int64), np.empty(npatch + 1, np.int64),
-            np.empty(nt, np.int64), np.zeros(n, np.int64))
 
 
 @njit(pipeline_class=NoAliasCompiler, **HELPER)
@@ -552,48 +539,85 @@ def _patch_triangles(j0, j1, ptris, trif, px, py, pz, rx, ry, rz, tri_region, re
     return ax, ay, az
 
 
+def patch_work(n, nt, npatch):
+    """Scratch for detect_patches, allocated once per cloth (fresh large
+    arrays every step cost page faults)."""
+    return PatchWork(
+        box=np.empty((nt, 6), np.float32), sph=np.empty((nt, 8), np.float32), planes=np.empty((nt, 16), np.float32),
+        trows=np.empty((7, nt), np.float32), pbox=np.empty((npatch, 6), np.float32),
+        pcone=np.empty((npatch, 4), np.float32), palt=np.empty(npatch, np.float32),
+        pmot=np.empty((npatch, 4), np.float32), plip=np.empty(npatch, np.float32),
+        ready=np.zeros(npatch + 2 * nt, np.uint8), seg_q=np.empty(npatch, np.int64),
+        seg_start=np.empty(npatch + 1, np.int64), seg_tri=np.empty(nt, np.int64), mark=np.zeros(n, np.int64),
+        hits=np.empty(nt, np.int32), qlist=np.empty(npatch, np.int64))
+
+
 @njit(**JIT)
-def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_region, tri_comp, vtri_start,
-                   vtri, adj_start, adj, ring_start, ring, mode_matrix, region_thick, region_fric, region_cons, region_layer, margin,
-                   pstart, ptris, nstart, nbr, fstart, fpair, pvstart, pverts, patch_of, flat_cos, work,
-                   out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, stats):
-    """Same contract as detect_grid, with the patch broad phase. fstart,
-    fpair: patch_far_pairs; pvstart, pverts, patch_of: patch_vertices;
-    work: patch_work(), scratch reused from step to step.
+def detect_patches(pos, disp, mesh, regions, patches, work, out, stats):
+    """Broad phase (patches) + narrow phase: the contacts into out (a
+    Contacts record); returns their number, which may exceed out's
+    capacity: then call again with more room. mesh: Mesh, regions: Regions,
+    patches: Patches, work: patch_work(), scratch reused from step to step.
+    stats[0] = candidate pairs whose boxes overlap, stats[1] = narrow-phase
+    pairs.
 
     Every patch gets its box, cone, altitude and motion from its own
-    vertices and triangles; triangle boxes and spheres are computed only for
-    the patches and triangles a surviving pair reaches (on smooth cloth most
-    patches meet only flat neighbours and need neither)."""
-    nt = triangles.shape[0]
-    n = pos.shape[1]
-    npatch = pstart.shape[0] - 1
-    nreg = region_thick.shape[0]
+    vertices and triangles (_patch_bounds); the patches are swept along x
+    in order of their boxes' low ends, each meets the patches its box
+    overlaps that are not a flat union with it (_patch_partners), and its
+    triangles meet theirs (_patch_pairs). Triangle boxes and spheres are
+    computed only for the patches and triangles a surviving pair reaches (on
+    smooth cloth most patches meet only flat neighbours and need neither).
+
+    The records may come as plain tuples in their fields' order: numba
+    types a plain tuple of arrays at a call about twice as fast as a
+    namedtuple (SelfCollision passes plain ones, ~3 us a step)."""
+    mesh, regions, patches, work, out = Mesh(*mesh), Regions(*regions), Patches(*patches), PatchWork(*work), Contacts(*out)
+    sweep = _sweep(pos, disp, regions)
+    work.ready[:] = 0
+    work.mark[:] = 0
+    _patch_bounds(sweep, mesh, patches, work)
+    order = np.argsort(work.pbox[:, 0])
+    count, overlaps, narrow = _sweep_patches(order, sweep, mesh, regions, patches, work, out)
+    stats[0] = overlaps
+    stats[1] = narrow
+    return count
+
+
+@njit(**JIT)
+def _sweep(pos, disp, regions):
+    """The step's Sweep: positions, the displacement relative to its mean,
+    each region's box pad and conservativeness, and the largest reach and
+    conservativeness of any region (float32 throughout)."""
+    thick = regions.thickness
+    margin = regions.margin
     max_reach = F32_ZERO
     max_cons = F32_ZERO
-    region_pad = np.empty(nreg, np.float32)
-    for r in range(nreg):
-        max_reach = max(max_reach, np.float32(region_thick[r] * (F32_ONE + margin)))
-        max_cons = max(max_cons, region_cons[r])
-        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
-    rel = _relative(disp)
-    # pcone: axis, cos of half angle; pmot: centre of rel, max deviation
-    box, sph, pl, trows, pbox, pcone, palt, pmot, plip, ready, seg_q, seg_start, seg_tri, mark = work
-    # The triangle boxes flat, for the two box-test loops: box[b, k] of a
-    # (nt, 6) array multiplies b by the row length read from the array
-    # (an imul from the stack each test); boxf[6 * b + k] is an lea.
-    boxf = box.reshape(box.size)
-    trif = triangles.reshape(triangles.size)   # likewise for the two-ring test
-    # Rows taken once (a view made in a loop costs reference counts).
+    region_pad = np.empty(thick.shape[0], np.float32)
+    for r in range(thick.shape[0]):
+        max_reach = max(max_reach, np.float32(thick[r] * (F32_ONE + margin)))
+        max_cons = max(max_cons, regions.conservativeness[r])
+        region_pad[r] = 0.5 * thick[r] * (1.0 + margin)
+    return Sweep(pos, _relative(disp), region_pad, regions.conservativeness, max_reach, max_cons)
+
+
+@njit(**HELPER)
+def _patch_bounds(sweep, mesh, patches, work):
+    """Every patch's fat swept box, normal cone (axis, cos of its half
+    angle), smallest triangle altitude, Lipschitz bound of its motion and
+    the centre and spread of that motion (work.pbox, pcone, palt, plip,
+    pmot), from its own triangles and vertices."""
+    pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
+    tri_region = mesh.tri_region
+    trif = mesh.triangles.reshape(mesh.triangles.size)
+    pstart, ptris, pvstart, pverts = patches.start, patches.tris, patches.vert_start, patches.verts
+    pbox, pcone, palt, pmot, plip, trows = work.pbox, work.pcone, work.palt, work.pmot, work.plip, work.trows
+    npatch = pstart.shape[0] - 1
+    # Rows taken once.
     px, py, pz = pos[0], pos[1], pos[2]
     rx, ry, rz = rel[0], rel[1], rel[2]
     # Per-triangle rows of _patch_triangles.
     tnx, tny, tnz, ta2, tlip, tpad, tcons = trows[0], trows[1], trows[2], trows[3], trows[4], trows[5], trows[6]
-    ready[:] = 0
-    mark[:] = 0
-    box_ready = ready[:npatch]
-    sph_ready = ready[npatch:npatch + nt]
-    pl_ready = ready[npatch + nt:]
     for p in range(npatch):
         # float32 throughout, like the positions: float64 literals made
         # every product here promote (the pass was 20% slower).
@@ -650,7 +674,7 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
             dy = rel[1, v] - rmy
             dz = rel[2, v] - rmz
             dev = max(dev, dx * dx + dy * dy + dz * dz)
-        _put_box(pbox, p, pad, lo0, lo1, lo2, hi0, hi1, hi2)
+        _put_box(pbox, np.uint64(p), pad, lo0, lo1, lo2, hi0, hi1, hi2)
         pcone[p, 0] = ax
         pcone[p, 1] = ay
         pcone[p, 2] = az
@@ -661,189 +685,238 @@ def detect_patches(pos, disp, rest, triangles, tri_edges, edges, edge_tris, tri_
         pmot[p, 1] = rmy
         pmot[p, 2] = rmz
         pmot[p, 3] = np.sqrt(dev)
-    order = np.argsort(pbox[:, 0])
-    hits = np.empty_like(ptris)
-    qlist = np.empty_like(order)
-    # Per patch p: the patches q it must be tested against (segments of
-    # seg_tri: q's triangles inside p's box), then each triangle of p stamps
-    # its two rings once and meets every listed triangle.
-    count = 0
+
+
+@njit(**HELPER)
+def _sweep_patches(order, sweep, mesh, regions, patches, work, out):
+    """Patch after patch in the sweep order: its partners, then its
+    triangle pairs. Returns (contacts, overlapping triangle pairs,
+    narrow-phase pairs). One call a step: the records are passed once, and
+    the two pieces inlined here take their fields without reference counts."""
+    count = np.int64(0)
     overlaps = 0
     narrow = 0
-    for ii in range(npatch):
-        p = order[ii]
-        nseg = 0
-        fill = 0
-        seg_start[0] = 0
-        own = False
-        # p itself, then the patches whose boxes meet p's (sorted by their
-        # low x: the sweep ends at the first one past p's high x), listed
-        # without a branch on the y and z tests (they mispredicted).
-        qlist[0] = p
-        nq = 1
-        for jj in range(np.uint64(ii + 1), np.uint64(npatch)):
-            q = np.uint64(order[jj])
-            if pbox[q, 0] > pbox[p, 3]:
-                break
-            qlist[nq] = q
-            nq += not ((pbox[q, 1] > pbox[p, 4]) | (pbox[p, 1] > pbox[q, 4]) | (pbox[q, 2] > pbox[p, 5])
-                       | (pbox[p, 2] > pbox[q, 5]))
-        for jq in range(nq):
-            q = qlist[jq]
-            if p == q or _patches_adjacent(p, q, nstart, nbr):
-                # Flat union: one cone around the mean of the two axes.
-                bx = pcone[p, 0] + pcone[q, 0]
-                by = pcone[p, 1] + pcone[q, 1]
-                bz = pcone[p, 2] + pcone[q, 2]
-                lb = np.sqrt(bx * bx + by * by + bz * bz)
-                if lb > 1e-20 and pcone[p, 3] > 0.0 and pcone[q, 3] > 0.0:
-                    bx /= lb
-                    by /= lb
-                    bz /= lb
-                    cp = min(bx * pcone[p, 0] + by * pcone[p, 1] + bz * pcone[p, 2], 1.0)
-                    cq = min(bx * pcone[q, 0] + by * pcone[q, 1] + bz * pcone[q, 2], 1.0)
-                    # cos(a + b) = cos a cos b - sin a sin b, per side
-                    cpp = pcone[p, 3]
-                    cqq = pcone[q, 3]
-                    c1 = cp * cpp - np.sqrt(max(0.0, 1.0 - cp * cp)) * np.sqrt(max(0.0, 1.0 - cpp * cpp))
-                    c2 = cq * cqq - np.sqrt(max(0.0, 1.0 - cq * cq)) * np.sqrt(max(0.0, 1.0 - cqq * cqq))
-                    cu = min(c1, c2)
-                    if cu >= flat_cos:
-                        dmx = pmot[p, 0] - pmot[q, 0]
-                        dmy = pmot[p, 1] - pmot[q, 1]
-                        dmz = pmot[p, 2] - pmot[q, 2]
-                        motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
-                        # Relative motion of two points of the union: at most
-                        # `motion`, and at most the steepest triangle's
-                        # Lipschitz bound times the surface path between
-                        # them (<= their projected distance / cu); so at the
-                        # closest far pair, FLAT_ALTITUDES * alt * lip.
-                        alt = min(palt[p], palt[q])
-                        motion = min(motion, FLAT_ALTITUDES * alt * max(plip[p], plip[q]))
-                        if FLAT_ALTITUDES * alt * cu > max_reach * 1.01 + 1e-6 + max_cons * motion:
-                            continue
-            if p == q:
-                # p's own pairs: the static list of those beyond two rings.
-                own = True
-                continue
-            # Only q's triangles inside p's box can meet p's (and the other way).
-            # (Calls guarded here: every call with arrays costs atomic
-            # reference count updates.)
-            if box_ready[q] == 0:
-                _patch_boxes(q, pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box,
-                             box_ready)
-            start = fill
-            p0, p1, p2, p3, p4, p5 = pbox[p, 0], pbox[p, 1], pbox[p, 2], pbox[p, 3], pbox[p, 4], pbox[p, 5]
-            for jb in range(pstart[q], pstart[q + 1]):
-                # Branch-free, unsigned (see the triangle pairs' box tests).
-                b6 = np.uint64(6) * np.uint64(ptris[jb])
-                seg_tri[fill] = jb
-                fill += not ((boxf[b6] > p3) | (p0 > boxf[b6 + 3]) | (boxf[b6 + 1] > p4)
-                             | (p1 > boxf[b6 + 4]) | (boxf[b6 + 2] > p5) | (p2 > boxf[b6 + 5]))
-            if fill > start:
-                seg_q[nseg] = q
-                nseg += 1
-                seg_start[nseg] = fill
+    for ii in range(order.shape[0]):
+        nseg, own = _patch_partners(np.uint64(ii), order, sweep, mesh, patches, work)
         if nseg == 0 and not own:
             continue
-        if box_ready[p] == 0:
-            _patch_boxes(p, pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box, box_ready)
-        for ja in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
-            a = ptris[ja]
-            ua = np.uint64(a)
-            stamped = False
-            a0, a1, a2, a3, a4, a5 = box[ua, 0], box[ua, 1], box[ua, 2], box[ua, 3], box[ua, 4], box[ua, 5]
-            # Segment 0: a's own patch (its far pairs); then the listed
-            # patches, segment kk at seg_q[kk - 1] (unsigned: no
-            # negative-index fix-ups).
-            for kk in range(np.uint64(nseg + 1)):
-                if kk == 0:
-                    if not own:
+        count, o, w = _patch_pairs(np.uint64(order[ii]), nseg, own, sweep, mesh, regions, patches, work, out, count)
+        overlaps += o
+        narrow += w
+    return count, overlaps, narrow
+
+
+@njit(inline="always", **HELPER)
+def _patch_partners(ii, order, sweep, mesh, patches, work):
+    """The patches patch p = order[ii] meets: p itself (own, unless its
+    union with itself is flat) and the later patches in the sweep whose
+    boxes overlap p's and whose union with p is not flat, each as a segment
+    of work.seg_tri (its triangles inside p's box; segment k is patch
+    seg_q[k], seg_tri[seg_start[k]:seg_start[k + 1]]). Returns (nseg, own)."""
+    pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
+    max_reach, max_cons = sweep.max_reach, sweep.max_cons
+    triangles, tri_region = mesh.triangles, mesh.tri_region
+    pstart, ptris, nstart, nbr, flat_cos = patches.start, patches.tris, patches.nbr_start, patches.nbr, patches.flat_cos
+    box, pbox, pcone, palt, pmot, plip = work.box, work.pbox, work.pcone, work.palt, work.pmot, work.plip
+    seg_q, seg_start, seg_tri, qlist = work.seg_q, work.seg_start, work.seg_tri, work.qlist
+    npatch = pstart.shape[0] - 1
+    box_ready = work.ready[:npatch]
+    # The triangle boxes flat, for the box-test loop: box[b, k] of a (nt, 6)
+    # array multiplies b by the row length read from the array (an imul
+    # from the stack each test); boxf[6 * b + k] is an lea.
+    boxf = box.reshape(box.size)
+    p = order[ii]
+    nseg = 0
+    fill = 0
+    seg_start[0] = 0
+    own = False
+    # p itself, then the patches whose boxes meet p's (sorted by their
+    # low x: the sweep ends at the first one past p's high x), listed
+    # without a branch on the y and z tests (they mispredicted).
+    qlist[0] = p
+    nq = 1
+    for jj in range(np.uint64(ii + 1), np.uint64(npatch)):
+        q = np.uint64(order[jj])
+        if pbox[q, 0] > pbox[p, 3]:
+            break
+        qlist[nq] = q
+        nq += not ((pbox[q, 1] > pbox[p, 4]) | (pbox[p, 1] > pbox[q, 4]) | (pbox[q, 2] > pbox[p, 5])
+                   | (pbox[p, 2] > pbox[q, 5]))
+    for jq in range(nq):
+        q = qlist[jq]
+        if p == q or _patches_adjacent(p, q, nstart, nbr):
+            # Flat union: one cone around the mean of the two axes.
+            bx = pcone[p, 0] + pcone[q, 0]
+            by = pcone[p, 1] + pcone[q, 1]
+            bz = pcone[p, 2] + pcone[q, 2]
+            lb = np.sqrt(bx * bx + by * by + bz * bz)
+            if lb > 1e-20 and pcone[p, 3] > 0.0 and pcone[q, 3] > 0.0:
+                bx /= lb
+                by /= lb
+                bz /= lb
+                cp = min(bx * pcone[p, 0] + by * pcone[p, 1] + bz * pcone[p, 2], 1.0)
+                cq = min(bx * pcone[q, 0] + by * pcone[q, 1] + bz * pcone[q, 2], 1.0)
+                # cos(a + b) = cos a cos b - sin a sin b, per side
+                cpp = pcone[p, 3]
+                cqq = pcone[q, 3]
+                c1 = cp * cpp - np.sqrt(max(0.0, 1.0 - cp * cp)) * np.sqrt(max(0.0, 1.0 - cpp * cpp))
+                c2 = cq * cqq - np.sqrt(max(0.0, 1.0 - cq * cq)) * np.sqrt(max(0.0, 1.0 - cqq * cqq))
+                cu = min(c1, c2)
+                if cu >= flat_cos:
+                    dmx = pmot[p, 0] - pmot[q, 0]
+                    dmy = pmot[p, 1] - pmot[q, 1]
+                    dmz = pmot[p, 2] - pmot[q, 2]
+                    motion = pmot[p, 3] + pmot[q, 3] + np.sqrt(dmx * dmx + dmy * dmy + dmz * dmz)
+                    # Relative motion of two points of the union: at most
+                    # `motion`, and at most the steepest triangle's
+                    # Lipschitz bound times the surface path between
+                    # them (<= their projected distance / cu); so at the
+                    # closest far pair, FLAT_ALTITUDES * alt * lip.
+                    alt = min(palt[p], palt[q])
+                    motion = min(motion, FLAT_ALTITUDES * alt * max(plip[p], plip[q]))
+                    if FLAT_ALTITUDES * alt * cu > max_reach * 1.01 + 1e-6 + max_cons * motion:
                         continue
-                    lo = fstart[ja]
-                    hi = fstart[ja + np.uint64(1)]
-                else:
-                    q = np.uint64(seg_q[kk - np.uint64(1)])
-                    if ((a0 > pbox[q, 3]) | (pbox[q, 0] > a3) | (a1 > pbox[q, 4])
-                            | (pbox[q, 1] > a4) | (a2 > pbox[q, 5]) | (pbox[q, 2] > a5)):
-                        continue
-                    lo = seg_start[kk - np.uint64(1)]
-                    hi = seg_start[kk]
-                # The box tests first, without a branch: the triangles whose
-                # boxes meet a's, in order, into hits (about half the tests
-                # pass, and a branch on each mispredicted), with unsigned
-                # indices (numba adds a negative-index fix-up to every
-                # signed one). Detection on the 32x32 sheet ~7% faster.
-                nhit = np.uint64(0)
-                # Two loops, one per source of candidates, rather than a
-                # test of kk in each iteration. Each indexes its own array:
-                # rebinding an array variable costs two atomic reference
-                # count updates (they were 16% of the detection time on the
-                # 32x32 sheet).
-                if kk == 0:
-                    for iq in range(np.uint64(lo), np.uint64(hi)):
-                        b = ptris[np.uint64(fpair[iq])]
-                        hits[nhit] = b
-                        nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
-                else:
-                    for iq in range(np.uint64(lo), np.uint64(hi)):
-                        b = ptris[np.uint64(seg_tri[iq])]
-                        hits[nhit] = b
-                        nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
-                for ih in range(nhit):
-                    b = hits[ih]
-                    overlaps += 1
-                    # Two rings first: most overlapping pairs end here.
-                    if not stamped:
-                        for q_ in range(np.uint64(ring_start[ua]), np.uint64(ring_start[ua + np.uint64(1)])):
-                            mark[np.uint64(ring[q_])] = a + 1
-                        stamped = True
-                    b3 = np.uint64(3) * np.uint64(b)
-                    if ((mark[np.uint64(trif[b3])] == a + 1) | (mark[np.uint64(trif[b3 + 1])] == a + 1)
-                            | (mark[np.uint64(trif[b3 + 2])] == a + 1)):
-                        continue
-                    A = min(a, b)
-                    B = max(a, b)
-                    rA = tri_region[A]
-                    rB = tri_region[B]
-                    mode = mode_matrix[max(rA, rB), min(rA, rB)]
-                    if mode == MODE_OFF:
-                        continue
-                    # Spheres and planes only for the triangles that reach
-                    # those tests.
-                    for t in (a, b):
-                        if sph_ready[t] == 0:
-                            _tri_sphere(pos, rel, triangles, t, sph)
-                            sph_ready[t] = 1
-                    apart, lim = _spheres_apart(sph, a, b, max_cons, max_reach)
-                    if apart:
-                        continue
-                    ca = _tri_points(pos, triangles, a)
-                    cb = _tri_points(pos, triangles, b)
-                    for t, ct in ((a, ca), (b, cb)):
-                        if pl_ready[t] == 0:
-                            row = _tri_plane(ct)
-                            for j in range(16):
-                                pl[t, j] = row[j]
-                            pl_ready[t] = 1
-                    if _separated(_plane_row(pl, a), cb, lim) or _separated(_plane_row(pl, b), ca, lim):
-                        continue
-                    narrow += 1
-                    # The exactly-once rules compare boxes of the triangles
-                    # around both: their patches' boxes must be there.
-                    for t in (A, B):
-                        for k_ in range(3):
-                            v = np.uint64(triangles[t, k_])
-                            for j in range(np.uint64(vtri_start[v]), np.uint64(vtri_start[v + np.uint64(1)])):
-                                o = np.uint64(patch_of[vtri[j]])
-                                if box_ready[o] == 0:
-                                    _patch_boxes(o, pstart, ptris, pos, rel, triangles, tri_region,
-                                                 region_pad, region_cons, box, box_ready)
-                    count = narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges,
-                                         edge_tris, region_thick, region_fric, region_cons, region_layer,
-                                         tri_region, tri_comp, margin, vtri_start, vtri, box, adj_start, adj, sph,
-                                         out_vertex, out_kind, out_normal, out_frame,
-                                         out_target, out_friction, count)
-    stats[0] = overlaps
-    stats[1] = narrow
-    return count
+        if p == q:
+            # p's own pairs: the static list of those beyond two rings.
+            own = True
+            continue
+        # Only q's triangles inside p's box can meet p's (and the other way).
+        # (Calls guarded here: every call with arrays costs atomic
+        # reference count updates.)
+        if box_ready[q] == 0:
+            _patch_boxes(np.uint64(q), pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box,
+                         box_ready)
+        start = fill
+        p0, p1, p2, p3, p4, p5 = pbox[p, 0], pbox[p, 1], pbox[p, 2], pbox[p, 3], pbox[p, 4], pbox[p, 5]
+        for jb in range(pstart[q], pstart[q + 1]):
+            # Branch-free, unsigned (see the triangle pairs' box tests).
+            b6 = np.uint64(6) * np.uint64(ptris[jb])
+            seg_tri[fill] = jb
+            fill += not ((boxf[b6] > p3) | (p0 > boxf[b6 + 3]) | (boxf[b6 + 1] > p4)
+                         | (p1 > boxf[b6 + 4]) | (boxf[b6 + 2] > p5) | (p2 > boxf[b6 + 5]))
+        if fill > start:
+            seg_q[nseg] = q
+            nseg += 1
+            seg_start[nseg] = fill
+    return nseg, own
+
+
+@njit(inline="always", **HELPER)
+def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
+    """Patch p's triangle pairs: each of its triangles stamps its two rings
+    once and meets its own patch's far pairs (when own) and the triangles of
+    every segment _patch_partners listed; the pairs that survive the box,
+    ring, sphere and plane tests go to the narrow phase. Returns (count,
+    overlapping pairs, narrow-phase pairs)."""
+    pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
+    max_reach, max_cons = sweep.max_reach, sweep.max_cons
+    triangles, tri_region, vtri_start, vtri = mesh.triangles, mesh.tri_region, mesh.vtri_start, mesh.vtri
+    ring_start, ring = mesh.ring_start, mesh.ring
+    modes = regions.modes
+    pstart, ptris, fstart, fpair, patch_of = patches.start, patches.tris, patches.far_start, patches.far, patches.patch_of
+    box, sph, pl, pbox, mark, hits = work.box, work.sph, work.planes, work.pbox, work.mark, work.hits
+    seg_q, seg_start, seg_tri = work.seg_q, work.seg_start, work.seg_tri
+    npatch = pstart.shape[0] - 1
+    nt = triangles.shape[0]
+    box_ready = work.ready[:npatch]
+    sph_ready = work.ready[npatch:npatch + nt]
+    pl_ready = work.ready[npatch + nt:]
+    boxf = box.reshape(box.size)
+    trif = triangles.reshape(triangles.size)   # likewise for the two-ring test
+    overlaps = 0
+    narrow = 0
+    if box_ready[p] == 0:
+        _patch_boxes(np.uint64(p), pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box, box_ready)
+    for ja in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
+        a = ptris[ja]
+        ua = np.uint64(a)
+        stamped = False
+        a0, a1, a2, a3, a4, a5 = box[ua, 0], box[ua, 1], box[ua, 2], box[ua, 3], box[ua, 4], box[ua, 5]
+        # Segment 0: a's own patch (its far pairs); then the listed
+        # patches, segment kk at seg_q[kk - 1] (unsigned: no
+        # negative-index fix-ups).
+        for kk in range(np.uint64(nseg + 1)):
+            if kk == 0:
+                if not own:
+                    continue
+                lo = fstart[ja]
+                hi = fstart[ja + np.uint64(1)]
+            else:
+                q = np.uint64(seg_q[kk - np.uint64(1)])
+                if ((a0 > pbox[q, 3]) | (pbox[q, 0] > a3) | (a1 > pbox[q, 4])
+                        | (pbox[q, 1] > a4) | (a2 > pbox[q, 5]) | (pbox[q, 2] > a5)):
+                    continue
+                lo = seg_start[kk - np.uint64(1)]
+                hi = seg_start[kk]
+            # The box tests first, without a branch: the triangles whose
+            # boxes meet a's, in order, into hits (about half the tests
+            # pass, and a branch on each mispredicted), with unsigned
+            # indices (numba adds a negative-index fix-up to every
+            # signed one). Detection on the 32x32 sheet ~7% faster.
+            nhit = np.uint64(0)
+            # Two loops, one per source of candidates, rather than a
+            # test of kk in each iteration. Each indexes its own array:
+            # rebinding an array variable costs two atomic reference
+            # count updates (they were 16% of the detection time on the
+            # 32x32 sheet).
+            if kk == 0:
+                for iq in range(np.uint64(lo), np.uint64(hi)):
+                    b = ptris[np.uint64(fpair[iq])]
+                    hits[nhit] = b
+                    nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
+            else:
+                for iq in range(np.uint64(lo), np.uint64(hi)):
+                    b = ptris[np.uint64(seg_tri[iq])]
+                    hits[nhit] = b
+                    nhit += np.uint64(not _box_misses(a0, a1, a2, a3, a4, a5, boxf, np.uint64(6) * np.uint64(b)))
+            for ih in range(nhit):
+                b = hits[ih]
+                overlaps += 1
+                # Two rings first: most overlapping pairs end here.
+                if not stamped:
+                    for q_ in range(np.uint64(ring_start[ua]), np.uint64(ring_start[ua + np.uint64(1)])):
+                        mark[np.uint64(ring[q_])] = a + 1
+                    stamped = True
+                b3 = np.uint64(3) * np.uint64(b)
+                if ((mark[np.uint64(trif[b3])] == a + 1) | (mark[np.uint64(trif[b3 + 1])] == a + 1)
+                        | (mark[np.uint64(trif[b3 + 2])] == a + 1)):
+                    continue
+                A = min(a, b)
+                B = max(a, b)
+                rA = tri_region[A]
+                rB = tri_region[B]
+                mode = modes[max(rA, rB), min(rA, rB)]
+                if mode == MODE_OFF:
+                    continue
+                # Spheres and planes only for the triangles that reach
+                # those tests.
+                for t in (a, b):
+                    if sph_ready[t] == 0:
+                        _tri_sphere(pos, rel, triangles, t, sph)
+                        sph_ready[t] = 1
+                apart, lim = _spheres_apart(sph, a, b, max_cons, max_reach)
+                if apart:
+                    continue
+                ca = _tri_points(pos, triangles, a)
+                cb = _tri_points(pos, triangles, b)
+                for t, ct in ((a, ca), (b, cb)):
+                    if pl_ready[t] == 0:
+                        row = _tri_plane(ct)
+                        for j in range(16):
+                            pl[t, j] = row[j]
+                        pl_ready[t] = 1
+                if _separated(_plane_row(pl, a), cb, lim) or _separated(_plane_row(pl, b), ca, lim):
+                    continue
+                narrow += 1
+                # The exactly-once rules compare boxes of the triangles
+                # around both: their patches' boxes must be there.
+                for t in (A, B):
+                    for k_ in range(3):
+                        v = np.uint64(triangles[t, k_])
+                        for j in range(np.uint64(vtri_start[v]), np.uint64(vtri_start[v + np.uint64(1)])):
+                            o = np.uint64(patch_of[vtri[j]])
+                            if box_ready[o] == 0:
+                                _patch_boxes(o, pstart, ptris, pos, rel, triangles, tri_region,
+                                             region_pad, region_cons, box, box_ready)
+                count = narrow_pair(A, B, mode, pos, rel, box, sph, mesh, regions, out, count)
+    return count, overlaps, narrow

@@ -7,23 +7,33 @@ import numpy as np
 from numba import njit
 
 from .constants import HELPER, KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, LAYER_DEPTH, MODE_FULL, MODE_POINT_POINT
+from .records import Pair
 from .geometry import closest_on_triangle, closest_segments, sphere_gap, tri_frame
 
+@njit(inline="always", **HELPER)
+def _emit(out, count, kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
+    """Contact `count` into the buffers (out: a Contacts record) when there
+    is room; returns count + 1. Cast here to the stored types, so
+    _put_contact compiles once whatever its callers hold."""
+    return _put_contact(out, np.int64(count), np.int8(kind), np.int32(i0), np.int32(i1), np.int32(i2),
+                        np.int32(i3), np.float32(n0), np.float32(n1), np.float32(n2), np.int32(frame),
+                        np.float32(target), np.float32(friction))
+
+
 @njit(**HELPER)
-def _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count,
-          kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
-    if count < out_kind.shape[0]:
-        out_kind[count] = kind
-        out_vertex[count, 0] = i0
-        out_vertex[count, 1] = i1
-        out_vertex[count, 2] = i2
-        out_vertex[count, 3] = i3
-        out_normal[count, 0] = n0
-        out_normal[count, 1] = n1
-        out_normal[count, 2] = n2
-        out_frame[count] = frame
-        out_target[count] = target
-        out_friction[count] = friction
+def _put_contact(out, count, kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):
+    if count < out.kind.shape[0]:
+        out.kind[count] = kind
+        out.vertex[count, 0] = i0
+        out.vertex[count, 1] = i1
+        out.vertex[count, 2] = i2
+        out.vertex[count, 3] = i3
+        out.normal[count, 0] = n0
+        out.normal[count, 1] = n1
+        out.normal[count, 2] = n2
+        out.frame[count] = frame
+        out.target[count] = target
+        out.friction[count] = friction
     return count + 1
 
 
@@ -95,7 +105,10 @@ def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, apa
     """P is the lowest triangle around v that shares no vertex with T (among
     those the broad phase pairs with T). apart: v and T lie in different
     connected components, so no triangle around v is near T and boxes alone
-    decide (no ring tests)."""
+    decide (no ring tests). Callers pass apart as a constant, True or False:
+    each compiles its own variant, the apart one without the ring tests
+    (with apart a run-time flag, live detection between two layers took
+    ~15% longer)."""
     for j in range(vtri_start[v], vtri_start[v + 1]):
         t = vtri[j]
         if t >= P:
@@ -143,10 +156,7 @@ def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
 
 
 @njit(**HELPER)
-def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tris,
-                 region_thick, region_fric, region_cons, region_layer, tri_region, tri_comp, margin,
-                 vtri_start, vtri, box, adj_start, adj, sph,
-                 out_vertex, out_kind, out_normal, out_frame, out_target, out_friction, count):
+def narrow_pair(A, B, mode, pos, rel, box, sph, mesh, regions, out, count):
     """Every feature pair of triangles A and B (which share no vertex), each
     emitted exactly once.
 
@@ -167,43 +177,68 @@ def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tr
     canonical test (ring tests) costs more than the distance test and runs
     only for contacts.
     """
+    tri_region = mesh.tri_region
     rA = tri_region[A]
     rB = tri_region[B]
-    thick = 0.5 * (region_thick[rA] + region_thick[rB])
-    fric = np.sqrt(region_fric[rA] * region_fric[rB])
-    cons = max(region_cons[rA], region_cons[rB])
-    reach = thick + margin * thick
-    layA = region_layer[rA]
-    layB = region_layer[rB]
+    thick = 0.5 * (regions.thickness[rA] + regions.thickness[rB])
+    fric = np.sqrt(regions.friction[rA] * regions.friction[rB])
+    cons = max(regions.conservativeness[rA], regions.conservativeness[rB])
+    reach = thick + regions.margin * thick
+    layA = regions.layers[rA]
+    layB = regions.layers[rB]
     layered = layA >= 0 and layB >= 0 and layA != layB
-    apart = tri_comp[A] != tri_comp[B]
+    apart = mesh.tri_comp[A] != mesh.tri_comp[B]
+    pair = Pair(A, B, thick, fric, cons, reach, layered, apart)
     if mode == MODE_POINT_POINT:
-        for k in range(3):
-            v = triangles[A, k]
-            px = pos[0, v]
-            py = pos[1, v]
-            pz = pos[2, v]
-            for m in range(3):
-                w = triangles[B, m]
-                dx = px - pos[0, w]
-                dy = py - pos[1, w]
-                dz = pz - pos[2, w]
-                d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
-                if d0 > 1e-12:
-                    nx, ny, nz = dx / d0, dy / d0, dz / d0
-                else:
-                    nx, ny, nz = 0.0, 0.0, 1.0
-                close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
-                if d0 < reach or d0 + cons * close < reach:
-                    if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
-                        continue
-                    rx = rest[v, 0] - rest[w, 0]
-                    ry = rest[v, 1] - rest[w, 1]
-                    rz = rest[v, 2] - rest[w, 2]
-                    target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
-                    count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
-                                  count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
+        return _point_point_contacts(pair, pos, rel, box, mesh, out, count)
+    count = _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, regions.layers, out, count)
+    if mode != MODE_FULL:
         return count
+    return _edge_edge_contacts(pair, pos, rel, box, mesh, regions.layers, out, count)
+
+
+@njit(inline="always", **HELPER)
+def _point_point_contacts(pair, pos, rel, box, mesh, out, count):
+    """MODE_POINT_POINT: the corners of A against the corners of B, the
+    normal from B's corner to A's at step start."""
+    A, B, thick, fric, cons, reach, layered, apart = pair
+    rest, triangles, vtri_start, vtri, adj_start, adj = (mesh.rest, mesh.triangles, mesh.vtri_start, mesh.vtri,
+                                                         mesh.adj_start, mesh.adj)
+    for k in range(3):
+        v = triangles[A, k]
+        px = pos[0, v]
+        py = pos[1, v]
+        pz = pos[2, v]
+        for m in range(3):
+            w = triangles[B, m]
+            dx = px - pos[0, w]
+            dy = py - pos[1, w]
+            dz = pz - pos[2, w]
+            d0 = np.sqrt(dx * dx + dy * dy + dz * dz)
+            if d0 > 1e-12:
+                nx, ny, nz = dx / d0, dy / d0, dz / d0
+            else:
+                nx, ny, nz = 0.0, 0.0, 1.0
+            close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
+            if d0 < reach or d0 + cons * close < reach:
+                if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+                    continue
+                rx = rest[v, 0] - rest[w, 0]
+                ry = rest[v, 1] - rest[w, 1]
+                rz = rest[v, 2] - rest[w, 2]
+                target = min(thick, np.sqrt(rx * rx + ry * ry + rz * rz))
+                count = _emit(out, count, KIND_POINT_POINT, v, w, -1, -1, nx, ny, nz, -1, target, fric)
+    return count
+
+
+@njit(inline="always", **HELPER)
+def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, out, count):
+    """The corners of each triangle against the other one; the side the
+    vertex started on is stored (between layers: the side the layer order
+    says, where the layers face the same way)."""
+    A, B, thick, fric, cons, reach, layered, apart = pair
+    rest, triangles, tri_region = mesh.rest, mesh.triangles, mesh.tri_region
+    vtri_start, vtri, adj_start, adj = mesh.vtri_start, mesh.vtri, mesh.adj_start, mesh.adj
     for side in range(2):
         T = B if side == 0 else A
         P = A if side == 0 else B
@@ -268,8 +303,8 @@ def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tr
                     # (their normals disagree), forcing the outer vertex to its
                     # normal side would push it through the fold: the side at
                     # step start decides there, as for unlayered cloth.
-                    _, _, _, _, _, _, pnx, pny, pnz = tri_frame(pos, triangles[P, 0], triangles[P, 1],
-                                                                 triangles[P, 2])
+                    _, _, _, _, _, _, pnx, pny, pnz = tri_frame(pos, np.uint64(triangles[P, 0]),
+                                                                np.uint64(triangles[P, 1]), np.uint64(triangles[P, 2]))
                     facing = pnx * tnx + pny * tny + pnz * tnz > 0.0
                 h = dx * tnx + dy * tny + dz * tnz
                 if h == 0.0:
@@ -278,14 +313,22 @@ def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tr
                 sgn = 1.0 if h >= 0.0 else -1.0
                 if facing:
                     # Outer layer (higher order) stays on the normal side of the inner layer.
-                    want = 1.0 if region_layer[tri_region[P]] > region_layer[tri_region[T]] else -1.0
+                    want = 1.0 if layers[tri_region[P]] > layers[tri_region[T]] else -1.0
                     if want * h > -LAYER_DEPTH * thick:
                         sgn = want
                 target = min(thick, _rest_vt(rest, v, a, b, c))
-                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
-                              count, KIND_VERTEX_TRIANGLE, v, a, b, c, sgn, 0.0, 0.0, T, target, fric)
-    if mode != MODE_FULL:
-        return count
+                count = _emit(out, count, KIND_VERTEX_TRIANGLE, v, a, b, c, sgn, 0.0, 0.0, T, target, fric)
+    return count
+
+
+@njit(inline="always", **HELPER)
+def _edge_edge_contacts(pair, pos, rel, box, mesh, layers, out, count):
+    """The sides of A against the sides of B; the normal is stored in A's
+    frame (between layers: B's face normal with the layer order's sign)."""
+    A, B, thick, fric, cons, reach, layered, apart = pair
+    rest, triangles, tri_region, tri_edges, edges = (mesh.rest, mesh.triangles, mesh.tri_region, mesh.tri_edges,
+                                                     mesh.edges)
+    edge_tris, adj_start, adj = mesh.edge_tris, mesh.adj_start, mesh.adj
     # edge-edge. Each edge's bounding sphere and motion once per pair (not
     # once per edge pair: nine pairs share six edges).
     eA = (_edge_sphere(pos, rel, edges, tri_edges[A, 0]), _edge_sphere(pos, rel, edges, tri_edges[A, 1]),
@@ -346,16 +389,16 @@ def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tr
                                                    False):
                     continue
                 ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = tri_frame(
-                    pos, triangles[A, 0], triangles[A, 1], triangles[A, 2])
+                    pos, np.uint64(triangles[A, 0]), np.uint64(triangles[A, 1]), np.uint64(triangles[A, 2]))
                 if layered:
                     # Edge of A outside B's layer: the normal points the way A's
                     # layer lies from B's (B's face normal, with the layer's
                     # sign), where the layers face the same way (see above)
                     # and the edge is less than LAYER_DEPTH thicknesses on the
                     # wrong side.
-                    sgn = 1.0 if layA > layB else -1.0
+                    sgn = 1.0 if layers[tri_region[A]] > layers[tri_region[B]] else -1.0
                     _, _, _, _, _, _, bnx, bny, bnz = tri_frame(
-                        pos, triangles[B, 0], triangles[B, 1], triangles[B, 2])
+                        pos, np.uint64(triangles[B, 0]), np.uint64(triangles[B, 1]), np.uint64(triangles[B, 2]))
                     side = (nx * bnx + ny * bny + nz * bnz) * sgn
                     if (fnx * bnx + fny * bny + fnz * bnz > 0.0 and side < 0.0
                             and side * d0 > -LAYER_DEPTH * thick):
@@ -371,6 +414,5 @@ def narrow_pair(A, B, mode, pos, rel, rest, triangles, tri_edges, edges, edge_tr
                 cv = nx * vx_ + ny * vy_ + nz * vz_
                 cn = nx * fnx + ny * fny + nz * fnz
                 target = min(thick, _rest_ee(rest, a, b, c, d))
-                count = _emit(out_vertex, out_kind, out_normal, out_frame, out_target, out_friction,
-                              count, KIND_EDGE_EDGE, a, b, c, d, cu, cv, cn, A, target, fric)
+                count = _emit(out, count, KIND_EDGE_EDGE, a, b, c, d, cu, cv, cn, A, target, fric)
     return count
