@@ -56,6 +56,91 @@ def normals_z(rest, tris):
     return np.cross(rest[t[:, 1]] - rest[t[:, 0]], rest[t[:, 2]] - rest[t[:, 0]])[:, 2]
 
 
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def f32_rounding(x, ulps=8):
+    """A few float32 units in the last place of the largest coordinate of x
+    [m]: how far two compilations of the same float32 arithmetic (or the
+    same sums in another order) may round apart."""
+    return ulps * F32_EPS * float(np.abs(x).max())
+
+
+def _closest_params(p0, p1, q0, q1):
+    """Closest points p0 + s (p1 - p0), q0 + t (q1 - q0) of segment pairs
+    (each (n, 3), float64), clamped, and whether the segments are so near
+    parallel that the closest points are ill-conditioned."""
+    d1, d2, r = p1 - p0, q1 - q0, p0 - q0
+    a, e = np.einsum("ij,ij->i", d1, d1), np.einsum("ij,ij->i", d2, d2)
+    b, c, f = np.einsum("ij,ij->i", d1, d2), np.einsum("ij,ij->i", d1, r), np.einsum("ij,ij->i", d2, r)
+    den = a * e - b * b
+    parallel = den <= 1e-4 * a * e
+    s = np.where(parallel, 0.0, np.clip((b * f - c * e) / np.where(parallel, 1.0, den), 0.0, 1.0))
+    t = (b * s + f) / e
+    s = np.where(t < 0, np.clip(-c / a, 0, 1), np.where(t > 1, np.clip((b - c) / a, 0, 1), s))
+    return s, np.clip(t, 0.0, 1.0), parallel
+
+
+def near_a_threshold(x, sc, k, tol):
+    """For contacts k of sc at positions x (3, n): whether one of the solve's
+    decisions (pass 1's and the filter's: violated, clear of the plane,
+    deep behind it, beside the triangle or the other edge) lies within tol
+    [m] of its threshold, in float64. Two compilations may decide those
+    either way."""
+    p = x.T.astype(np.float64)
+    cv, kind, nrm, tg = sc.contact_vertex[k], sc.contact_kind[k], sc.contact_normal[k].astype(np.float64), \
+        sc.contact_target[k].astype(np.float64)
+    x0, x1, x2, x3 = (p[cv[:, i]] for i in range(4))
+    room = np.sqrt(float(solve._FILTER_ROOM))
+    depth, vt_reach, ee_reach = constants.CONTACT_DEPTH, constants.VT_REACH, constants.EE_REACH
+    margins = []
+    # Vertex-triangle: the signed height over the plane, and how far beside
+    # the triangle (from its closest point, and beyond each edge's line).
+    m = np.cross(x2 - x1, x3 - x1)
+    n = m / np.linalg.norm(m, axis=1)[:, None]
+    side = np.where(nrm[:, 0] > 0, 1.0, -1.0)
+    h = side * np.einsum("ij,ij->i", x0 - x1, n)
+    dist = point_triangle_distances(x0, x1, x2, x3)
+    beside = np.sqrt(np.maximum(dist * dist - h * h, 0.0))
+    vt = [h - tg, h - room * tg, h + depth * tg, h + depth * tg * room, h + depth * tg / room,
+          beside - vt_reach * tg]
+    q = x0 - np.einsum("ij,ij->i", x0 - x1, n)[:, None] * n
+    for a, b in ((x1, x2), (x2, x3), (x3, x1)):
+        out = np.cross(b - a, n)
+        out /= np.linalg.norm(out, axis=1)[:, None]
+        w = np.einsum("ij,ij->i", q - a, out)
+        vt += [w - vt_reach * tg * room]
+    # Edge-edge: the closest points' offset along the normal turned with its
+    # frame triangle, and across it.
+    tri = sc.triangles[np.maximum(sc.contact_frame[k], 0)]
+    fa, fb, fc = p[tri[:, 0]], p[tri[:, 1]], p[tri[:, 2]]
+    u = (fb - fa) / np.linalg.norm(fb - fa, axis=1)[:, None]
+    fn = np.cross(fb - fa, fc - fa)
+    fn /= np.linalg.norm(fn, axis=1)[:, None]
+    fv = np.cross(fn, u)
+    en = nrm[:, 0:1] * u + nrm[:, 1:2] * fv + nrm[:, 2:3] * fn
+    s_, t_, parallel = _closest_params(x0, x1, x2, x3)
+    e = (x0 + s_[:, None] * (x1 - x0)) - (x2 + t_[:, None] * (x3 - x2))
+    eh = np.einsum("ij,ij->i", e, en)
+    across = np.sqrt(np.maximum(np.einsum("ij,ij->i", e, e) - eh * eh, 0.0))
+    ee = [eh - tg, eh + depth * tg, across - ee_reach * tg]
+    # Point-point: the gap along the stored normal.
+    pp = [np.einsum("ij,ij->i", x0 - x1, nrm) - tg]
+    near = np.zeros(len(k), bool)
+    for kind_, ms in ((KIND_VERTEX_TRIANGLE, vt), (KIND_EDGE_EDGE, ee), (KIND_POINT_POINT, pp)):
+        sel = kind == kind_
+        close = np.any(np.abs(np.stack(ms)) <= tol, axis=0)
+        if kind_ == KIND_EDGE_EDGE:
+            close |= parallel
+        near[sel] = close[sel]
+    return near
+
+
+def point_triangle_distances(p, a, b, c):
+    """point_triangle_distance (tests/oracles.py) for one point per triangle."""
+    return np.array([point_triangle_distance(p[i:i + 1], a[i], b[i], c[i])[0] for i in range(len(p))])
+
+
 def test_every_contact_emitted_once_on_high_valence_fan():
     # Two copies of a fan whose centre has valence 24, 6 mm apart: every
     # vertex touches each triangle around its twin, every edge each edge
@@ -163,7 +248,7 @@ def test_jacobi_solve_identical_for_1_and_2_threads():
     for _ in range(5):
         sc.solve(y, prev)
     assert not np.array_equal(y, x), "the serial solve did nothing"
-    np.testing.assert_allclose(y, out[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(y, out[0], rtol=0, atol=f32_rounding(x))
 
 
 def test_layer_order_puts_outer_layer_outside():
@@ -427,9 +512,20 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
                                             delta, active, rows, fan_rows, solve.solve_work(nc), True)
             out.append((todo[:nt].copy(), active, delta))
         (todo_f, act_f, d_f), (todo_p, act_p, d_p) = out
-        assert np.array_equal(todo_f, todo_p)
-        assert np.array_equal(act_f, act_p)
-        assert np.array_equal(d_f, d_p)
+        # The two filters see each triangle's corners in another order (the
+        # fan's strip order, the triangle's own), so their float32 tests
+        # round apart: they may list different contacts, and the contacts
+        # may end in different slot states, only where a decision lies
+        # within float32 rounding of its threshold. Contacts both list get
+        # the same corrections, to rounding.
+        tol = f32_rounding(y)
+        # (Few contacts are that close to a threshold: the check below can fail.)
+        assert np.mean(near_a_threshold(y, sc, np.arange(nc), tol)) < 0.01
+        listed_once = np.setxor1d(todo_f, todo_p)
+        differ = np.union1d(listed_once, np.flatnonzero(act_f != act_p)).astype(np.int64)
+        assert np.all(near_a_threshold(y, sc, differ, tol)), differ
+        both = np.intersect1d(todo_f, todo_p)
+        np.testing.assert_allclose(d_f[both], d_p[both], rtol=0, atol=tol)
         listed += len(todo_p)
         assert 0 < len(todo_p) < nc
     assert listed > 0
@@ -449,12 +545,23 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
         sc.parallel = parallel
         sc._slot_active[:] = start
         z = y.copy()
+        inputs = []
         for _ in range(3):
+            inputs.append(z.copy())
             sc.solve(z, y)
-        moved.append((z, sc._slot_active.copy()))
-    (z0, s0), (z1, s1) = moved
-    assert np.abs(z0 - z1).max() < 1e-6 and np.abs(z0 - y).max() > 1e-4
-    assert np.array_equal(s0, s1)
+        moved.append((z, sc._slot_active.copy(), inputs))
+    (z0, s0, in0), (z1, s1, in1) = moved
+    tol = f32_rounding(y)
+    assert np.abs(z0 - z1).max() <= tol and np.abs(z0 - y).max() > 1e-4
+    # A state may differ only where one of the solves' decisions, at the
+    # positions some solve started from, was within rounding of its
+    # threshold (the positions themselves differ by up to tol).
+    differ = np.flatnonzero(s0 != s1)
+    if differ.size:
+        near = np.zeros(differ.size, bool)
+        for a, b in zip(in0, in1):
+            near |= near_a_threshold(a, sc, differ, 2 * tol + np.abs(a - b).max())
+        assert np.all(near), differ
     assert np.count_nonzero(s0 == constants.SLOT_ON) > 0 and np.count_nonzero(s0 != start) > 0.1 * nc
     # Live detection after the cache: no fans left over.
     sc.clear_cache()
