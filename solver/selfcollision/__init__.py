@@ -64,6 +64,14 @@ other (a jacket over a shirt, a lining); where the layers slide or part
 further, use live detection. On the self-collision bench's layered sheets,
 pinned along a capsule that swings 0.25 m every 0.6 s, the layers part by up
 to 28 cm and contacts cached at rest let them cross from frame 11 on.
+
+The package, in the order a step runs it: topology.py (built once per
+model: two rings, components, patches), broad.py (the broad phase),
+narrow.py (contact generation), solve.py (the Jacobi solve), cache.py
+(cached contacts' fans); beside them constants.py (kinds, modes, limits,
+kernel options), records.py (the named records the kernels take) and
+geometry.py (closest points, frames). This module holds SelfCollision,
+which drives them.
 """
 
 import time
@@ -369,8 +377,9 @@ class SelfCollision:
         self._pvstart, self._pverts, self._patch_of = patch_vertices(self._pstart, self._ptris, tri, n)
         self._patch_work = patch_work(n, nt, len(self._pstart) - 1)
         # Plain tuples of the records' fields for the kernels (see broad.detect_patches).
-        self._mesh = tuple(Mesh(self.rest, tri, self.tri_edges, self.edges, self.edge_tris, self.tri_region, self.tri_comp,
-                          self.vtri_start, self.vtri, self.adj_start, self.adj, self.ring_start, self.ring))
+        self._mesh = tuple(Mesh(self.rest, tri, self.tri_edges, self.edges, self.edge_tris, self.tri_region,
+                                self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj, self.ring_start,
+                                self.ring))
         self._patches = tuple(Patches(self._pstart, self._ptris, self._pnstart, self._pnbr, self._fstart, self._fpair,
                                 self._pvstart, self._pverts, self._patch_of, np.float32(self.flat_cos)))
         self._patch_work = tuple(self._patch_work)

@@ -13,13 +13,13 @@ import numpy as np
 from numba import njit
 
 from ..hardware import prefer_scalar_loads
-from ..jit import NoAliasCompiler
+from ..jit import EXACT_FLAT, NoAliasCompiler
 from .constants import F32_INF, F32_ONE, F32_TINY, F32_TWO, F32_ZERO, HELPER, JIT, MODE_OFF, SLACK, SLACK_ABS
 from .geometry import edges_cross, sphere_gap
 from .narrow import narrow_pair
 from .records import Contacts, Mesh, Patches, PatchWork, Regions, Sweep
 
-@njit(cache=True, error_model="numpy", nogil=True)   # no fastmath: it may assume no NaN
+@njit(**EXACT_FLAT)   # no fastmath: it may assume no NaN
 def step_displacement(pos, vel, dt, gx, gy, gz, disp):
     """disp = vel * dt + g * dt^2, the displacement detection sweeps. False
     when pos or vel holds a NaN or Inf (disp is then not to be used)."""
@@ -572,7 +572,8 @@ def detect_patches(pos, disp, mesh, regions, patches, work, out, stats):
     The records may come as plain tuples in their fields' order: numba
     types a plain tuple of arrays at a call about twice as fast as a
     namedtuple (SelfCollision passes plain ones, ~3 us a step)."""
-    mesh, regions, patches, work, out = Mesh(*mesh), Regions(*regions), Patches(*patches), PatchWork(*work), Contacts(*out)
+    mesh, regions, patches = Mesh(*mesh), Regions(*regions), Patches(*patches)
+    work, out = PatchWork(*work), Contacts(*out)
     sweep = _sweep(pos, disp, regions)
     work.ready[:] = 0
     work.mark[:] = 0
@@ -813,7 +814,8 @@ def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
     triangles, tri_region, vtri_start, vtri = mesh.triangles, mesh.tri_region, mesh.vtri_start, mesh.vtri
     ring_start, ring = mesh.ring_start, mesh.ring
     modes = regions.modes
-    pstart, ptris, fstart, fpair, patch_of = patches.start, patches.tris, patches.far_start, patches.far, patches.patch_of
+    pstart, ptris, patch_of = patches.start, patches.tris, patches.patch_of
+    fstart, fpair = patches.far_start, patches.far
     box, sph, pl, pbox, mark, hits = work.box, work.sph, work.planes, work.pbox, work.mark, work.hits
     seg_q, seg_start, seg_tri = work.seg_q, work.seg_start, work.seg_tri
     npatch = pstart.shape[0] - 1
@@ -826,7 +828,8 @@ def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
     overlaps = 0
     narrow = 0
     if box_ready[p] == 0:
-        _patch_boxes(np.uint64(p), pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box, box_ready)
+        _patch_boxes(np.uint64(p), pstart, ptris, pos, rel, triangles, tri_region, region_pad, region_cons, box,
+                     box_ready)
     for ja in range(np.uint64(pstart[p]), np.uint64(pstart[p + 1])):
         a = ptris[ja]
         ua = np.uint64(a)

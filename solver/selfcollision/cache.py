@@ -5,6 +5,8 @@ layer, and the strip fans the solve's filter reads five corners for."""
 import numpy as np
 from numba import njit
 
+from ..jit import PLAIN
+
 from .constants import HELPER, JIT, KIND_VERTEX_TRIANGLE
 from .geometry import closest_on_triangle
 
@@ -63,7 +65,7 @@ def _winding(contact_vertex, k, a, b):
     return 0
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def strip_fans(contact_vertex, contact_kind, n):
     """Vertices whose vertex-triangle contacts are exactly three, against
     triangles that make a strip: (c0, c1, c2), (c1, c2, c3), (c2, c3, c4)

@@ -27,8 +27,8 @@ MODE_FULL = 2
 VT_REACH = 1.0
 
 # An edge-edge contact pushes while its closest points are apart across its
-# normal by at most this many thicknesses. At 2 (68f8d40, against the demo
-# skirt's thrown hem) the 64x64 sheet crushed into a pile against a wall
+# normal by at most this many thicknesses. At 2 (against the demo skirt's
+# thrown hem) the 64x64 sheet crushed into a pile against a wall
 # lost the edge contacts between its stacked layers and tangled: 557 ->
 # 16,896 crossing pairs in its worst frame, unnoticed behind that scenario's
 # expected failure. At 4 the pile is back (491) and the demo's skirts are
@@ -61,6 +61,8 @@ CONTACT_DEPTH = 2.0
 SLOT_OFF = 0
 SLOT_ON = 1
 SLOT_STALE = 2
+
+# The kernels' options (solver/jit.py).
 JIT = FAST
 
 # Helpers that allocate nothing compile without numba's reference counting

@@ -6,9 +6,10 @@ contact buffers (a Contacts record)."""
 import numpy as np
 from numba import njit
 
-from .constants import HELPER, KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, LAYER_DEPTH, MODE_FULL, MODE_POINT_POINT
-from .records import Pair
+from .constants import (HELPER, KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, LAYER_DEPTH, MODE_FULL,
+                        MODE_POINT_POINT)
 from .geometry import closest_on_triangle, closest_segments, sphere_gap, tri_frame
+from .records import Pair
 
 @njit(inline="always", **HELPER)
 def _emit(out, count, kind, i0, i1, i2, i3, n0, n1, n2, frame, target, friction):

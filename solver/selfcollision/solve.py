@@ -13,9 +13,11 @@ import numpy as np
 from numba import njit, prange
 
 from ..hardware import compact_flags, prefer_scalar_loads
-from ..jit import NoAliasCompiler, renamed
-from .constants import CONTACT_DEPTH, EE_REACH, F32_ONE, F32_TINY, F32_ZERO, HELPER, JIT, KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, SLOT_OFF, SLOT_ON, SLOT_STALE, VT_REACH
+from ..jit import NoAliasCompiler, PLAIN, renamed
+from .constants import (CONTACT_DEPTH, EE_REACH, F32_ONE, F32_TINY, F32_ZERO, HELPER, JIT, KIND_EDGE_EDGE,
+                        KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, SLOT_OFF, SLOT_ON, SLOT_STALE, VT_REACH)
 from .geometry import edges_cross, segment_dots
+
 
 def _solve_impl(pos, prev_pos, inv_mass, contact_vertex, contact_kind, contact_normal, contact_frame,
                 triangles, contact_target, contact_friction, slot_delta, slot_active, frows, fans, work,
@@ -460,7 +462,7 @@ def _pp_rows(pp, start, end, x, y, z, xp, yp, zp, cv, nrm, target, friction, inv
         st[q] = SLOT_ON if ok else SLOT_OFF
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def solve_work(nc):
     """The solve's scratch for nc contacts (SelfCollision makes it with
     every new set of contacts; pass 1 allocates nothing): sel (the filter's

@@ -5,9 +5,11 @@ broad phase (with their far triangle pairs and their vertices)."""
 import numpy as np
 from numba import njit
 
+from ..jit import PLAIN
 
 
-@njit(cache=True)
+
+@njit(**PLAIN)
 def _root(parent, a):
     """Union-find root of a, halving the path on the way."""
     while parent[a] != a:
@@ -16,7 +18,7 @@ def _root(parent, a):
     return a
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def triangle_components(triangles, n):
     """Each triangle's connected component (over shared vertices): the
     label of a union-find root, int32. Triangles of different components
@@ -33,7 +35,7 @@ def triangle_components(triangles, n):
     return comp
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def triangle_rings(triangles, adj_start, adj, n):
     """Per triangle, every vertex equal or adjacent to one of its corners (CSR).
 
@@ -74,7 +76,7 @@ def triangle_rings(triangles, adj_start, adj, n):
     return start, ring
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, min_size):
     """Patches: connected triangles of one cell of a grid over the rest
     shape (cell: per triangle), grown breadth-first from seeds in
@@ -221,7 +223,7 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, 
     return pstart[:np_ + 1].copy(), ptris, nstart, nbr
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def patch_far_pairs(pstart, ptris, triangles, ring_start, ring, n):
     """For every triangle slot ja of a patch (an index into ptris), the later
     slots jb of the same patch whose triangle is more than two rings from
@@ -255,7 +257,7 @@ def patch_far_pairs(pstart, ptris, triangles, ring_start, ring, n):
     return fstart, fpair
 
 
-@njit(cache=True)
+@njit(**PLAIN)
 def patch_vertices(pstart, ptris, triangles, n):
     """Per patch its distinct vertices (CSR: pverts[pvstart[p]:pvstart[p + 1]])
     and per triangle its patch."""
