@@ -108,8 +108,7 @@ def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, apa
     connected components, so no triangle around v is near T and boxes alone
     decide (no ring tests). Callers pass apart as a constant, True or False:
     each compiles its own variant, the apart one without the ring tests
-    (with apart a run-time flag, live detection between two layers took
-    ~15% longer)."""
+    (a run-time flag made live detection between layers slower)."""
     for j in range(vtri_start[v], vtri_start[v + 1]):
         t = vtri[j]
         if t >= P:
