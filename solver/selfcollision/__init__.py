@@ -64,6 +64,14 @@ other (a jacket over a shirt, a lining); where the layers slide or part
 further, use live detection. On the self-collision bench's layered sheets,
 pinned along a capsule that swings 0.25 m every 0.6 s, the layers part by up
 to 28 cm and contacts cached at rest let them cross from frame 11 on.
+
+The package, in the order a step runs it: topology.py (built once per
+model: two rings, components, patches), broad.py (the broad phase),
+narrow.py (contact generation), solve.py (the Jacobi solve), cache.py
+(cached contacts' fans); beside them constants.py (kinds, modes, limits,
+kernel options), records.py (the named records the kernels take) and
+geometry.py (closest points, frames). This module holds SelfCollision,
+which drives them.
 """
 
 import time
@@ -71,9 +79,13 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import kernels as _k
-from .kernels import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
-                      MODE_POINT_POINT, solve_serial)
+from .broad import detect_grid, detect_patches, patch_work, step_displacement
+from .cache import NO_FANS, strip_fans, vt_distances
+from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
+                        MODE_POINT_POINT)
+from .records import Contacts, Mesh, Patches, Regions
+from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
+from .topology import build_patches, patch_far_pairs, patch_vertices, triangle_components, triangle_rings
 
 try:  # the core's error type when it is there
     from ..params import SolverError as _Error
@@ -182,9 +194,9 @@ class SelfCollision:
     array is kept by reference, so runtime pin changes written into it apply.
     margin: contacts are made within thickness * (1 + margin).
     broad_phase: "patch" (default: small connected patches with normal-cone
-    culling of flat neighbourhoods, then sweep and prune), "grid" (uniform
-    grid over triangles) or "bvh" (refitted BVH over triangles); the figures
-    are in benchmarks/bench_selfcollision.py.
+    culling of flat neighbourhoods, then sweep and prune) or "grid" (uniform
+    grid over triangles): the same contacts; benchmarks/bench_selfcollision.py
+    times both.
     patch_size, flat_cos: about how many triangles per patch (patches are
     grown inside the cells of a grid over the rest shape sized for that many,
     at most 4x as many); a union of neighbouring patches whose normals all
@@ -212,8 +224,8 @@ class SelfCollision:
         if region.shape != (n,) or (n and region.min() < 0):
             raise _Error(f"self collision: region must be (n,) = ({n},) ids >= 0, got {region.shape}")
         n_regions = int(region.max()) + 1 if n else 1
-        if broad_phase not in ("patch", "grid", "bvh"):
-            raise _Error(f"self collision: broad_phase must be 'patch', 'grid' or 'bvh', got {broad_phase!r}")
+        if broad_phase not in ("patch", "grid"):
+            raise _Error(f"self collision: broad_phase must be 'patch' or 'grid', got {broad_phase!r}")
         self.patch_size = int(patch_size)
         self.flat_cos = float(flat_cos)
         self.n = n
@@ -317,8 +329,8 @@ class SelfCollision:
         np.add.at(adj_start, a + 1, 1)
         adj_start = np.cumsum(adj_start)
         self.adj_start, self.adj = adj_start, adj
-        self.ring_start, self.ring = _k.triangle_rings(tri, adj_start, adj, n)
-        self.tri_comp = _k.triangle_components(tri, n)
+        self.ring_start, self.ring = triangle_rings(tri, adj_start, adj, n)
+        self.tri_comp = triangle_components(tri, n)
         # Vertex -> triangles (ascending) and edge -> its first two triangles,
         # for the canonical emission rule.
         tv = tri.reshape(-1).astype(np.int64)
@@ -343,8 +355,8 @@ class SelfCollision:
         maj = np.where(r[:, 0] == r[:, 1], r[:, 0], maj) if nt else maj
         maj = np.where(r[:, 0] == r[:, 2], r[:, 0], maj) if nt else maj
         self.tri_region = np.ascontiguousarray(maj.astype(np.int32))
-        corners = self.rest[tri]   # (nt, 3, 3): the BVH order and the patch cells both start here
-        # BVH leaf order: Morton order of rest centroids (the tree is refitted, never rebuilt).
+        corners = self.rest[tri]   # (nt, 3, 3): the patches' seed order and cells both start here
+        # Patches are seeded in the Morton order of the rest centroids.
         if nt:
             c = corners.mean(axis=1)
             lo = c.min(axis=0)
@@ -354,17 +366,23 @@ class SelfCollision:
             for bit in range(10):
                 for ax in range(3):
                     code |= ((q[:, ax] >> bit) & 1) << (3 * bit + ax)
-            self._bvh_order = np.argsort(code, kind="stable").astype(np.int32)
+            seed_order = np.argsort(code, kind="stable").astype(np.int32)
         else:
-            self._bvh_order = np.zeros(0, np.int32)
-        self._bvh_nodes = np.empty((max(2 * nt - 1, 1), 6), dtype=np.float32)
-        self._pstart, self._ptris, self._pnstart, self._pnbr = _k.build_patches(
-            tri, self.tri_edges, len(self.edges), n, self._bvh_order, self._patch_cells(corners),
+            seed_order = np.zeros(0, np.int32)
+        self._pstart, self._ptris, self._pnstart, self._pnbr = build_patches(
+            tri, self.tri_edges, len(self.edges), n, seed_order, self._patch_cells(corners),
             4 * self.patch_size, self.patch_size // 2)
-        self._fstart, self._fpair = _k.patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
+        self._fstart, self._fpair = patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
-        self._pvstart, self._pverts, self._patch_of = _k.patch_vertices(self._pstart, self._ptris, tri, n)
-        self._patch_work = _k.patch_work(n, nt, len(self._pstart) - 1)
+        self._pvstart, self._pverts, self._patch_of = patch_vertices(self._pstart, self._ptris, tri, n)
+        self._patch_work = patch_work(n, nt, len(self._pstart) - 1)
+        # Plain tuples of the records' fields for the kernels (see broad.detect_patches).
+        self._mesh = tuple(Mesh(self.rest, tri, self.tri_edges, self.edges, self.edge_tris, self.tri_region,
+                                self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj, self.ring_start,
+                                self.ring))
+        self._patches = tuple(Patches(self._pstart, self._ptris, self._pnstart, self._pnbr, self._fstart, self._fpair,
+                                self._pvstart, self._pverts, self._patch_of, np.float32(self.flat_cos)))
+        self._patch_work = tuple(self._patch_work)
         self._disp = np.empty((3, n), np.float32)
 
     def _patch_cells(self, corners):
@@ -397,6 +415,8 @@ class SelfCollision:
         self._out_frame = np.empty(cap, dtype=np.int32)
         self._out_target = np.empty(cap, dtype=np.float32)
         self._out_friction = np.empty(cap, dtype=np.float32)
+        self._out = tuple(Contacts(self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
+                                   self._out_target, self._out_friction))
         self._capacity = cap
 
     def _set_contacts(self, count):
@@ -414,31 +434,24 @@ class SelfCollision:
         # when it first runs after this detect.
         self._slot_delta = _NO_SLOTS
         self._slot_active = np.zeros(count, dtype=np.uint8)
-        self._filter_rows = _k.filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
-        self._solve_work = _k.solve_work(count)
+        self._filter_rows = filter_rows(self.contact_vertex, self.contact_kind, self.contact_normal)
+        self._solve_work = solve_work(count)
         # Each vertex's contact slots, for the parallel solve's gather only:
         # built when it first runs after this detect.
         self._vertex_slots = None
         # Strip fans (cache_contacts only): none.
-        self._fans = _k.NO_FANS
+        self._fans = NO_FANS
 
     def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
+        regions = tuple(Regions(self.modes, self.thickness, self.friction, self.conservativeness, self.layers,
+                                np.float32(margin)))
         while True:
-            args = (pos, disp, self.rest, self.triangles, self.tri_edges, self.edges, self.edge_tris,
-                    self.tri_region, self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj,
-                    self.ring_start, self.ring, self.modes, self.thickness,
-                    self.friction, self.conservativeness, self.layers, np.float32(margin))
-            outs = (self._out_vertex, self._out_kind, self._out_normal, self._out_frame,
-                    self._out_target, self._out_friction, stats)
             if self.broad_phase == "patch":
-                count = _k.detect_patches(*args, self._pstart, self._ptris, self._pnstart, self._pnbr,
-                                          self._fstart, self._fpair, self._pvstart, self._pverts,
-                                          self._patch_of, np.float32(self.flat_cos), self._patch_work, *outs)
-            elif self.broad_phase == "grid":
-                count = _k.detect_grid(*args, *outs)
+                count = detect_patches(pos, disp, self._mesh, regions, self._patches, self._patch_work, self._out,
+                                       stats)
             else:
-                count = _k.detect_bvh(*args, self._bvh_order, self._bvh_nodes, *outs)
+                count = detect_grid(pos, disp, self._mesh, regions, self._out, stats)
             if count <= self._capacity:
                 break
             self._alloc(int(count * 1.5) + 64)
@@ -465,7 +478,7 @@ class SelfCollision:
         self._check(pos, "pos")
         self._check(vel, "vel")
         g = np.asarray(gravity, dtype=np.float32).reshape(3)
-        if not _k.step_displacement(pos, vel, np.float32(dt), g[0], g[1], g[2], self._disp):
+        if not step_displacement(pos, vel, np.float32(dt), g[0], g[1], g[2], self._disp):
             raise _Error("self collision: positions or velocities contain NaN or Inf")
         count = self._run_detect(pos, self._disp, self.margin)
         self.detect_ms = (time.perf_counter() - t0) * 1e3
@@ -516,7 +529,7 @@ class SelfCollision:
             # point on each, so the layers may slide by part of a triangle).
             idx = np.flatnonzero(layered & (kind == KIND_VERTEX_TRIANGLE))
             if idx.size:
-                dist = _k.vt_distances(pos, v, kind)[idx]
+                dist = vt_distances(pos, v, kind)[idx]
                 key = v[idx, 0].astype(np.int64) * self.n_regions + r1[idx]
                 order = np.lexsort((dist, key))
                 ks = key[order]
@@ -539,7 +552,7 @@ class SelfCollision:
         fan for each of the three places, then the other contacts in their
         order. The solve's filter then reads a fan's five corners once
         instead of nine corners for its three contacts."""
-        fans, order, sign = _k.strip_fans(self._out_vertex[:count], self._out_kind[:count], self.n)
+        fans, order, sign = strip_fans(self._out_vertex[:count], self._out_kind[:count], self.n)
         if order.size:
             rest = np.ones(count, dtype=bool)
             rest[order] = False
@@ -578,13 +591,13 @@ class SelfCollision:
         t0 = time.perf_counter()
         if self.parallel:
             if self._vertex_slots is None:
-                self._vertex_slots = _k.build_vertex_slots(self.contact_vertex, self.contact_kind, self.n)
+                self._vertex_slots = build_vertex_slots(self.contact_vertex, self.contact_kind, self.n)
                 # Pass 1 writes every contact the gather reads (the active ones).
                 self._slot_delta = np.empty((self.count, 4, 3), dtype=np.float32)
             # All but the serial solve's scratch (touched vertices, sums).
-            _k.solve_parallel(pos, prev_pos, *self.solve_args()[:-2], *self._vertex_slots)
+            solve_parallel(pos, prev_pos, *self.solve_args()[:-2], *self._vertex_slots)
         else:
-            _k.solve_serial(pos, prev_pos, *self.solve_args())
+            solve_serial(pos, prev_pos, *self.solve_args())
         self.solve_ms += (time.perf_counter() - t0) * 1e3
 
     def contact_keys(self):
