@@ -84,7 +84,7 @@ def run_paired(runs, warm, steps):
 def hanging_run(n, substeps, broad_phase=None, thickness=0.005):
     """(model, state, inputs_at, params, sc) of the hanging sheet with the swinging capsule."""
     rest, fi, fs, pin = hanging_sheet(n, n)
-    params = ClothParams(substeps=substeps, threads=1)
+    params = ClothParams(substeps=substeps)
     model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
     sc = None
     if broad_phase is not None:
@@ -135,7 +135,7 @@ def layered_run(cached, substeps=10, live=False):
     """cached: contacts cached once at the rest pose; live: detected every
     step; neither: no self collision."""
     merged, pin, inputs = layered_scene()
-    params = ClothParams(substeps=substeps, threads=1)
+    params = ClothParams(substeps=substeps)
     model = build_model(merged.positions, merged.face_indices, merged.face_sizes,
                         vertex_masses(merged.positions, merged.face_indices, merged.face_sizes, 0.2),
                         pin, params, region=merged.region)
