@@ -139,6 +139,12 @@ def export_isolated(item, frames):
             pass
 
 
+def validate(obj):
+    problem = install.topology_problem(obj, "Alembic")
+    if problem:
+        raise bake_job.BakeError(problem)
+
+
 def _prepare(job, item):
     item.object_path = export_isolated(item, job.frames)
 
@@ -182,4 +188,5 @@ TARGET = BakeTarget(
     id='ALEMBIC', label="Alembic", number=2, extension=".abc",
     description="An Alembic (.abc) file written by Blender's exporter, played back by a "
                 "Mesh Sequence Cache modifier",
-    stream_path=stream_path, install=_install, check=install.check_modifier, prepare=_prepare)
+    stream_path=stream_path, install=_install, check=install.check_modifier, prepare=_prepare,
+    validate=validate)
