@@ -273,6 +273,16 @@ def has_result(obj):
     return helper is not None and len(helper.data.vertices) > 0
 
 
+def read_result(obj):
+    """The result shown now, (m, 3) float32 in the cloth's local space, or None."""
+    if not has_result(obj):
+        return None
+    mesh = result_object(obj).data
+    out = np.empty(len(mesh.vertices) * 3, np.float32)
+    mesh.vertices.foreach_get("co", out)
+    return out.reshape(-1, 3)
+
+
 def clear_result(obj):
     """Show the un-simulated mesh again."""
     if obj.type != 'MESH':
