@@ -41,6 +41,15 @@ _GROUP_VERSION = 2
 ATTRIBUTES = (ATTR_INPUT, ATTR_PIN, ATTR_MASS)
 
 
+def _available(sockets, name):
+    """The socket called ``name`` that the node's data type shows (some
+    Blender versions keep one hidden socket of that name per data type)."""
+    for socket in sockets:
+        if socket.name == name and socket.enabled:
+            return socket
+    return sockets[name]
+
+
 def _build_node_group():
     ng = bpy.data.node_groups.new(NODE_GROUP, 'GeometryNodeTree')
     ng["drape_version"] = _GROUP_VERSION
@@ -83,7 +92,7 @@ def _build_node_group():
     result_size = nodes.new('GeometryNodeAttributeDomainSize')
     input_size = nodes.new('GeometryNodeAttributeDomainSize')
     same = nodes.new('FunctionNodeCompare')
-    same.data_type = 'INT'
+    same.data_type = 'FLOAT'  # point counts: exact in float up to 2^24
     same.operation = 'EQUAL'
     set_position = nodes.new('GeometryNodeSetPosition')
 
@@ -97,14 +106,14 @@ def _build_node_group():
     links.new(mass_weight.outputs['Attribute'], store_mass.inputs['Value'])
     links.new(group_in.outputs[3], result_info.inputs['Object'])
     links.new(result_info.outputs['Geometry'], sample.inputs['Geometry'])
-    links.new(position.outputs[0], sample.inputs['Value'])
+    links.new(position.outputs[0], _available(sample.inputs, 'Value'))
     links.new(index.outputs[0], sample.inputs['Index'])
     links.new(result_info.outputs['Geometry'], result_size.inputs[0])
     links.new(group_in.outputs[0], input_size.inputs[0])
-    links.new(result_size.outputs['Point Count'], same.inputs['A'])
-    links.new(input_size.outputs['Point Count'], same.inputs['B'])
+    links.new(result_size.outputs['Point Count'], _available(same.inputs, 'A'))
+    links.new(input_size.outputs['Point Count'], _available(same.inputs, 'B'))
     links.new(store_mass.outputs[0], set_position.inputs['Geometry'])
-    links.new(sample.outputs[0], set_position.inputs['Position'])
+    links.new(_available(sample.outputs, 'Value'), set_position.inputs['Position'])
     links.new(same.outputs[0], set_position.inputs['Selection'])
     links.new(set_position.outputs[0], group_out.inputs[0])
     for i, node in enumerate((group_in, position, store_input, store_pin, store_mass, set_position, group_out)):
