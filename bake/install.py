@@ -61,8 +61,8 @@ def insertion_index(obj):
 def topology_above(obj):
     """The enabled modifiers above the bake's entry point that change the
     topology: the mesh there is not the mesh's own vertices, so a bake that
-    plays on the mesh itself (shape keys) or writes a copy of it (Alembic)
-    cannot stand for the simulation."""
+    plays on the mesh itself (shape keys) cannot stand for the simulation,
+    and Alembic writes the mesh as it enters Drape."""
     from ..scene import meshdata
 
     return [m for m in pin_driver_modifiers(obj)
@@ -77,7 +77,7 @@ def topology_problem(obj, target_label):
     names = ", ".join(f"'{m.name}'" for m in above)
     return (f"'{obj.name}': {target_label} cannot hold this bake: modifier {names} above the Drape modifier "
             f"changes the topology, so the simulated mesh is not the mesh's own vertices; bake to Point Cache "
-            f"(PC2), which plays at Drape's place in the stack")
+            f"(PC2) or Alembic, which play at Drape's place in the stack")
 
 
 def pin_driver_modifiers(obj):

@@ -376,11 +376,11 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
                 problems.append(f"'{obj.name}' has no vertex group '{name}' (its {label}): "
                                 f"create it or pick an existing group")
     if role == "cloth":  # a proxy is used as modelled: its modifiers don't matter
-        problems.extend(_modifier_problems(obj, topo, depsgraph))
+        problems.extend(_modifier_problems(obj, depsgraph))
     return problems
 
 
-def _modifier_problems(obj, topo, depsgraph):
+def _modifier_problems(obj, depsgraph):
     problems = []
     drape_mod = writeback.find_modifier(obj)
     for mod in obj.modifiers:
