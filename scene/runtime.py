@@ -16,9 +16,17 @@ in unregister()) drives it, in the UI and in background mode alike:
   one step per frame, with pin targets and colliders interpolated);
 * a frame already simulated is shown from the in-memory cache (scrubbing back);
 * a frame before the cache shows the un-simulated mesh;
-* when topology or a rest-state setting changes (``params.rebuild_key``) the
+* when topology or a rest-state setting changes (``params.rebuild_key``), or
+  the modifiers above Drape's modifier or its place in the stack do, the
   model is rebuilt and the cache restarts at the current frame; every other
   setting (stiffness, damping, friction, wind response...) is read every step.
+
+The simulated mesh is the mesh as evaluated at Drape's place in the stack
+(``meshdata.sample``): its rest shape is that mesh where the cache starts, its
+pin targets that mesh every frame. A topology there that changes between
+frames (an animated Decimate above Drape) stops the cloth with a message.
+Positions, lengths and gravity reach the solver in metres (the scene's Unit
+Scale); results go back to the object's local space in its units.
 
 The result is written as described in ``writeback``. An object whose
 ``drape_bake.baked`` is true is not simulated (it plays its bake).
