@@ -12,7 +12,7 @@ import os
 import bpy
 import numpy as np
 
-from ..scene import compat
+from ..scene import compat, writeback
 
 MODIFIER_NAME = "Drape Bake"
 KEY_PREFIX = "drape_"
@@ -29,9 +29,11 @@ def key_name(frame):
 
 
 # scene.writeback shows the simulation through a Geometry Nodes modifier
-# named "Drape" (at the end of the stack) that sets positions from the mesh
-# attribute "drape_position": the bake takes over exactly that place.
+# named "Drape", wherever the artist put it in the stack: the bake takes over
+# exactly that place (the positions of the mesh as it leaves Drape), and the
+# modifiers below it work on the bake as they did on the simulation.
 DRAPE_MODIFIER = "Drape"
+# Where older versions of Drape kept the result (on the cloth's own mesh).
 DRAPE_RESULT_ATTRIBUTE = "drape_position"
 
 
@@ -41,6 +43,9 @@ def insertion_index(obj):
     leading pin-driving deformers, before anything that post-processes or
     changes topology."""
     names = [m.name for m in obj.modifiers if m.name != MODIFIER_NAME]
+    drape = writeback.find_modifier(obj)
+    if drape is not None:
+        return names.index(drape.name)
     if DRAPE_MODIFIER in names:
         return names.index(DRAPE_MODIFIER)
     index = 0
@@ -53,6 +58,28 @@ def insertion_index(obj):
     return index
 
 
+def topology_above(obj):
+    """The enabled modifiers above the bake's entry point that change the
+    topology: the mesh there is not the mesh's own vertices, so a bake that
+    plays on the mesh itself (shape keys) cannot stand for the simulation,
+    and Alembic writes the mesh as it enters Drape."""
+    from ..scene import meshdata
+
+    return [m for m in pin_driver_modifiers(obj)
+            if (m.show_viewport or m.show_render) and meshdata.changes_topology(m)]
+
+
+def topology_problem(obj, target_label):
+    """The message when ``obj``'s stack keeps ``target_label`` from holding its bake, or None."""
+    above = topology_above(obj)
+    if not above:
+        return None
+    names = ", ".join(f"'{m.name}'" for m in above)
+    return (f"'{obj.name}': {target_label} cannot hold this bake: modifier {names} above the Drape modifier "
+            f"changes the topology, so the simulated mesh is not the mesh's own vertices; bake to Point Cache "
+            f"(PC2) or Alembic, which play at Drape's place in the stack")
+
+
 def pin_driver_modifiers(obj):
     """The modifiers the simulation reads pin targets from (above its entry
     point): a shape-key bake already contains their motion."""
@@ -62,6 +89,7 @@ def pin_driver_modifiers(obj):
 def _drop_live_result(obj):
     """Removes the live simulation's last result from the mesh, so Drape's
     modifier no longer overrides what the bake plays back."""
+    writeback.clear_result(obj)
     attr = obj.data.attributes.get(DRAPE_RESULT_ATTRIBUTE)
     if attr is not None:
         obj.data.attributes.remove(attr)

@@ -372,7 +372,8 @@ class _Item:
     obj: object
     name: str
     target: str
-    vertices: int
+    vertices: int             # per frame: the mesh's at Drape's place in the stack
+    mesh_vertices: int = 0    # the mesh's own (a change mid-bake stops it)
     filepath: str = ""        # as stored in Blender ('//' relative when asked)
     abs_path: str = ""
     writer: object = None     # PC2Writer: every target streams its frames to a temporary PC2
@@ -503,6 +504,17 @@ class _Stash:
                 setattr(st, key, value)
 
 
+def _vertices_at_drape(obj):
+    """How many vertices a frame of ``obj``'s bake holds: those of the mesh
+    at Drape's place in the stack (what the modifiers above it make of the
+    mesh), the mesh's own without a Drape modifier."""
+    from ..scene import meshdata, writeback
+
+    if writeback.find_modifier(obj) is None:
+        return len(obj.data.vertices)
+    return meshdata.vertex_count_at_drape(obj, bpy.context.evaluated_depsgraph_get())
+
+
 def _mesh_layout(mesh):
     """What a bake adds or removes on a mesh: its name, its shape keys (by
     name, in order) and its attributes."""
@@ -569,7 +581,8 @@ class BakeJob:
             if target is None:
                 raise BakeError(f"'{obj.name}': unknown bake target {target_id!r} "
                                 f"(known: {', '.join(targets.ids())})")
-            item = _Item(obj=obj, name=obj.name, target=target_id, vertices=len(obj.data.vertices))
+            item = _Item(obj=obj, name=obj.name, target=target_id, vertices=_vertices_at_drape(obj),
+                         mesh_vertices=len(obj.data.vertices))
             if target.validate is not None:
                 target.validate(obj)
             if target.writes_file:
@@ -691,8 +704,8 @@ class BakeJob:
             raise BakeError(f"'{item.name}' was deleted during the bake") from None
         if obj_name != item.name:
             item.name = obj_name
-        if len(item.obj.data.vertices) != item.vertices:
-            raise BakeError(f"'{item.name}': its mesh changed from {item.vertices} to "
+        if len(item.obj.data.vertices) != item.mesh_vertices:
+            raise BakeError(f"'{item.name}': its mesh changed from {item.mesh_vertices} to "
                             f"{len(item.obj.data.vertices)} vertices during the bake")
         try:
             # The source reads the context's scene (its current frame): the

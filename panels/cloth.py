@@ -9,7 +9,7 @@ import textwrap
 
 import bpy
 
-from ..scene import compat, runtime, warmup
+from ..scene import compat, meshdata, runtime, warmup
 
 PRESET_SUBDIR = "drape/cloth"
 BUILTIN_PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "cloth")
@@ -81,6 +81,10 @@ def _draw_main(self, context):
     compiling = warmup.status_line(context.scene)
     if compiling:
         _label_wrapped(box.column(align=True), compiling, 'SORTTIME')
+    shown = {text for _icon, text in runtime.messages(obj)}
+    for text in meshdata.animated_topology(obj):  # refused before it plays: said here too
+        if text not in shown:
+            _label_wrapped(box.column(align=True), text, 'ERROR')
     if runtime.is_baked(obj):
         box.label(text="Baked: playing the bake", icon='CHECKMARK')
     elif entry is None:

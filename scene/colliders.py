@@ -2,7 +2,9 @@
 
 A capsule runs from the object's origin to its local (0, 1, 0), the way a bone
 points, so the object's Y scale is its length; radii are in local units,
-scaled by the mean of the X and Z axis lengths of the world matrix. A plane
+scaled by the mean of the X and Z axis lengths of the world matrix. Every
+length goes to the solver in metres (the scene's Unit Scale: metres per
+Blender unit). A plane
 passes through the origin with its normal along local +Z. Transforms come from
 the evaluated object (keyframes, parents, constraints, bone parents and
 Child Of on armature poses all included) and the previous frame's transform
@@ -80,13 +82,18 @@ def _check(obj, m, c):
 
 
 def read(scene, depsgraph):
-    """Every collider of ``scene`` now; raises DrapeInputError for one the
-    solver cannot use."""
+    """Every collider of ``scene`` now, in metres; raises DrapeInputError for
+    one the solver cannot use."""
+    from .meshdata import unit_scale
+
+    unit = unit_scale(scene)
     frame = ColliderFrame()
     for obj in collider_objects(scene):
         m = np.array(obj.evaluated_get(depsgraph).matrix_world, dtype=np.float64)
         c = obj.drape_collider
         _check(obj, m, c)
+        if unit != 1.0:
+            m = np.diag((unit, unit, unit, 1.0)) @ m
         if c.kind == 'CAPSULE':
             frame.capsules[obj.name] = capsule_from_matrix(m, c.radius_start, c.radius_end)
         elif c.kind == 'PLANE':

@@ -2,6 +2,8 @@
 be simulated. Every problem an artist can cause becomes a
 :class:`DrapeInputError` whose text names the object and the problem."""
 
+import contextlib
+
 import bpy
 import numpy as np
 
@@ -25,9 +27,10 @@ class DrapeInputError(ValueError):
         self.retry = retry
 
 
-# Modifiers that only move vertices (or edit weights/normals/UVs): anything
-# else above the Drape modifier may change the vertex count or order, and then
-# per-vertex solver state means nothing.
+# Modifiers that only move vertices (or edit weights/normals/UVs): they keep
+# the vertex count and order, and every attribute Drape stores. Anything else
+# may change the topology: above the Drape modifier it makes the simulated
+# mesh (as with Blender's Cloth), below it it works on the simulated result.
 DEFORM_ONLY = frozenset({
     'ARMATURE', 'CAST', 'CURVE', 'DISPLACE', 'HOOK', 'LAPLACIANDEFORM', 'LATTICE',
     'MESH_DEFORM', 'SHRINKWRAP', 'SIMPLE_DEFORM', 'SMOOTH', 'CORRECTIVE_SMOOTH',
@@ -122,45 +125,172 @@ def matrix_np(matrix):
     return np.array(matrix, dtype=np.float64)
 
 
-def to_world(local, matrix):
-    return affine(local, matrix_np(matrix))
+def unit_scale(scene):
+    """Metres per Blender unit: the scene's Unit Scale (1 without a unit system)."""
+    units = scene.unit_settings
+    return float(units.scale_length) if units.system != 'NONE' else 1.0
 
 
-def to_local(world, matrix):
-    return affine(world, matrix_np(matrix.inverted_safe()))
+def to_world(local, matrix, unit=1.0):
+    """Local coordinates to world space in metres (``unit``: metres per Blender unit)."""
+    m = matrix_np(matrix)
+    if unit != 1.0:
+        m = np.diag((unit, unit, unit, 1.0)) @ m
+    return affine(local, m)
+
+
+def to_local(world, matrix, unit=1.0):
+    """World positions in metres back to the object's local coordinates."""
+    m = matrix_np(matrix.inverted_safe())
+    if unit != 1.0:
+        m = m @ np.diag((1.0 / unit, 1.0 / unit, 1.0 / unit, 1.0))
+    return affine(world, m)
 
 
 class Sample:
-    """One frame of a mesh as the depsgraph evaluated it, in world space."""
+    """One frame of a mesh as the depsgraph evaluated it at Drape's place in
+    the stack, in world space (metres). ``counts``: its vertex, face and
+    corner counts; ``topology``: its :class:`Topology` when asked for."""
 
-    __slots__ = ("positions", "pin_weight", "mass_weight", "matrix")
+    __slots__ = ("positions", "pin_weight", "mass_weight", "matrix", "counts", "topology")
 
-    def __init__(self, positions, pin_weight, mass_weight, matrix):
+    def __init__(self, positions, pin_weight, mass_weight, matrix, counts=None, topology=None):
         self.positions = positions
         self.pin_weight = pin_weight
         self.mass_weight = mass_weight
         self.matrix = matrix
+        self.counts = counts
+        self.topology = topology
 
 
-def sample(obj, depsgraph, settings=None):
-    """Evaluated positions (world), pin and mass weights of a mesh carrying the
-    Drape modifier: the values stored *before* the result is applied.
-    ``settings``: the cloth's ``Object.drape`` (a proxy reads its cloth's groups)."""
+def _enabled(mod, mode):
+    return mod.show_render if mode == 'RENDER' else mod.show_viewport
+
+
+def modifiers_around(obj):
+    """``(above, below)``: the object's modifiers before and after its Drape
+    modifier (all above when it has none)."""
+    mods = list(obj.modifiers)
+    index = writeback.modifier_index(obj)
+    if index is None:
+        return mods, []
+    return mods[:index], mods[index + 1:]
+
+
+def changes_topology(mod):
+    """True for a modifier that may change the vertex count or order."""
+    return mod.type not in DEFORM_ONLY
+
+
+def _hidden_below(obj, mode):
+    """The modifiers below Drape to switch off while reading the mesh at
+    Drape's place: those that may change its topology (deform-only ones
+    keep the attributes Drape stores, so the final mesh still has them)."""
+    _above, below = modifiers_around(obj)
+    return [m for m in below if _enabled(m, mode) and changes_topology(m)]
+
+
+@contextlib.contextmanager
+def at_drape_point(obj, depsgraph):
+    """The evaluated mesh as it leaves Drape's modifier (what the modifiers
+    below it receive, before they act). With a modifier below that changes
+    the topology, those are switched off for one evaluation and back on."""
+    mode = getattr(depsgraph, "mode", 'VIEWPORT')
+    hidden = _hidden_below(obj, mode)
+    if not hidden:
+        yield obj.evaluated_get(depsgraph).data
+        return
+    attr = 'show_render' if mode == 'RENDER' else 'show_viewport'
+    try:
+        for mod in hidden:
+            setattr(mod, attr, False)
+        depsgraph.update()
+        yield obj.evaluated_get(depsgraph).data
+    finally:
+        for mod in hidden:
+            setattr(mod, attr, True)
+        obj.update_tag()
+
+
+def sample(obj, depsgraph, settings=None, unit=1.0, topology=False):
+    """Evaluated positions (world, metres), pin and mass weights of a mesh
+    carrying the Drape modifier, at Drape's place in the stack: the values
+    stored *before* the result is applied. ``settings``: the cloth's
+    ``Object.drape`` (a proxy reads its cloth's groups); ``unit``: metres
+    per Blender unit; ``topology``: also read the mesh's polygons there."""
     settings = settings if settings is not None else obj.drape
     obj_eval = obj.evaluated_get(depsgraph)
-    mesh = obj_eval.data
-    local = read_point_attribute(mesh, writeback.ATTR_INPUT, 3)
-    if local is None:  # modifier disabled: the stack's result is the input
-        local = local_positions(mesh)
-    pin = read_point_attribute(mesh, writeback.ATTR_PIN, 1)
-    mass = read_point_attribute(mesh, writeback.ATTR_MASS, 1)
+    with at_drape_point(obj, depsgraph) as mesh:
+        local = read_point_attribute(mesh, writeback.ATTR_INPUT, 3)
+        if local is None:  # modifier disabled: the stack's result is the input
+            local = local_positions(mesh)
+        pin = read_point_attribute(mesh, writeback.ATTR_PIN, 1)
+        mass = read_point_attribute(mesh, writeback.ATTR_MASS, 1)
+        counts = (len(mesh.vertices), len(mesh.polygons), len(mesh.loops))
+        topo = Topology(mesh) if topology else None
     n = local.shape[0]
     if pin is None or not settings.pin_group:
         pin = np.zeros(n, np.float32)
     if mass is None or not settings.mass_group:
         mass = np.ones(n, np.float32)
     matrix = obj_eval.matrix_world.copy()
-    return Sample(to_world(local, matrix), np.clip(pin, 0.0, 1.0), np.clip(mass, 0.0, None), matrix)
+    return Sample(to_world(local, matrix, unit), np.clip(pin, 0.0, 1.0), np.clip(mass, 0.0, None), matrix,
+                  counts, topo)
+
+
+def vertex_count_at_drape(obj, depsgraph):
+    """How many vertices the mesh has at Drape's place in the stack."""
+    with at_drape_point(obj, depsgraph) as mesh:
+        return len(mesh.vertices)
+
+
+def _animated_paths(obj):
+    """The data paths of ``obj``'s F-Curves and drivers."""
+    from . import compat
+
+    anim = obj.animation_data
+    if anim is None:
+        return []
+    fcurves = compat.animation_fcurves(anim)
+    paths = [fc.data_path for fc in fcurves] if fcurves is not None else []
+    return paths + [d.data_path for d in anim.drivers]
+
+
+def animated_topology(obj):
+    """Messages for the modifiers above Drape (where Drape goes, when it has
+    no modifier yet) that change the topology and are animated or driven:
+    the simulated mesh would change between frames."""
+    if obj is None or obj.type != 'MESH':
+        return []
+    if writeback.find_modifier(obj) is None:
+        above = list(obj.modifiers)[:writeback.default_index(obj)]
+    else:
+        above, _below = modifiers_around(obj)
+    paths = _animated_paths(obj)
+    out = []
+    for mod in above:
+        if not changes_topology(mod) or not (mod.show_viewport or mod.show_render):
+            continue
+        prefix = f'modifiers["{bpy.utils.escape_identifier(mod.name)}"]'
+        if any(p.startswith(prefix) for p in paths):
+            out.append(f"'{obj.name}': modifier '{mod.name}' ({_type_label(mod)}) above the Drape modifier is "
+                       f"animated and changes the topology between frames: Drape simulates one topology; "
+                       f"stop animating it, apply it, or move it below the Drape modifier")
+    return out
+
+
+def topology_changed_message(obj, before, now, frame):
+    """The message for a mesh whose topology at Drape's place changed."""
+    return (f"'{obj.name}': the mesh above its Drape modifier changed topology at frame {frame} "
+            f"({before[0]} -> {now[0]} vertices, {before[1]} -> {now[1]} faces; an animated modifier or "
+            f"geometry above Drape?): Drape simulates one topology; stop animating it, apply it, or move it "
+            f"below the Drape modifier, then go to the start frame")
+
+
+def _type_label(mod):
+    items = mod.bl_rna.properties["type"].enum_items
+    item = items.get(mod.type)
+    return item.name if item is not None else mod.type.replace('_', ' ').title()
 
 
 def _scale_problem(obj):
@@ -246,34 +376,27 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
                 problems.append(f"'{obj.name}' has no vertex group '{name}' (its {label}): "
                                 f"create it or pick an existing group")
     if role == "cloth":  # a proxy is used as modelled: its modifiers don't matter
-        problems.extend(_modifier_problems(obj, topo, depsgraph))
+        problems.extend(_modifier_problems(obj, depsgraph))
     return problems
 
 
-def _modifier_problems(obj, topo, depsgraph):
+def _modifier_problems(obj, depsgraph):
     problems = []
     drape_mod = writeback.find_modifier(obj)
-    seen_drape = False
     for mod in obj.modifiers:
         if mod is drape_mod or (drape_mod is not None and mod.name == drape_mod.name):
-            seen_drape = True
             continue
         if not (mod.show_viewport or mod.show_render):
             continue
         if mod.type in CONFLICTING:
             problems.append(f"'{obj.name}' has a {mod.type.replace('_', ' ').title()} modifier "
                             f"'{mod.name}': remove it, Drape simulates this object itself")
-        elif mod.type not in DEFORM_ONLY and mod.type != 'NODES':
-            where = "below" if seen_drape else "above"
-            problems.append(f"'{obj.name}': modifier '{mod.name}' ({mod.type.replace('_', ' ').title()}) "
-                            f"changes the topology {where} the simulated point; Drape needs deform-only "
-                            f"modifiers (Armature, Hook, shape keys...): apply or remove it")
-    if depsgraph is not None and not problems:
-        mesh_eval = obj.evaluated_get(depsgraph).data
-        if len(mesh_eval.vertices) != topo.vertex_count or len(mesh_eval.polygons) != topo.face_sizes.size:
-            problems.append(f"'{obj.name}': its modifiers change the vertex count "
-                            f"({topo.vertex_count} -> {len(mesh_eval.vertices)}); Drape needs deform-only "
-                            f"modifiers above the simulated point")
+    problems.extend(animated_topology(obj))
+    if depsgraph is not None and not problems and drape_mod is not None:
+        with at_drape_point(obj, depsgraph) as mesh:
+            if len(mesh.polygons) == 0:
+                problems.append(f"'{obj.name}': the modifiers above its Drape modifier leave no faces to "
+                                f"simulate")
     return problems
 
 

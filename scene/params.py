@@ -125,6 +125,12 @@ def check_settings(objs, scene):
         raise DrapeInputError(f"'{lead.name}': the scene's Gravity must be finite, got ({g}) "
                               f"(Scene Properties > Gravity)", name=lead.name, setting="Scene > Gravity",
                               retry=True)
+    units = scene.unit_settings
+    scale = float(units.scale_length)
+    if units.system != 'NONE' and (not math.isfinite(scale) or scale <= 0.0):
+        raise DrapeInputError(f"'{lead.name}': the scene's Unit Scale must be a positive number, got {scale:g} "
+                              f"(Scene Properties > Units > Unit Scale)", name=lead.name,
+                              setting="Scene > Unit Scale", retry=True)
     base = float(scene.render.fps_base)
     if not math.isfinite(base) or base <= 0.0:
         raise DrapeInputError(f"'{lead.name}': the scene's frame rate base must be a positive number, got "
@@ -187,15 +193,28 @@ def solver_message(obj, exc, objs=None):
     return f"'{obj.name}': {text}"
 
 
+def unit_scale(scene):
+    """Metres per Blender unit (the scene's Unit Scale)."""
+    from .meshdata import unit_scale as scale
+
+    return scale(scene)
+
+
 def gravity(scene, settings):
+    """The scene's gravity times the cloth's scale, in m/s². Blender keeps
+    Gravity in scene units per second squared (it shows it times the Unit
+    Scale), so a scene at Unit Scale 0.01 showing 9.81 m/s² stores 981."""
     if not scene.use_gravity:
         return (0.0, 0.0, 0.0)
     g = scene.gravity
-    s = settings.gravity_scale
+    s = settings.gravity_scale * unit_scale(scene)
     return (g[0] * s, g[1] * s, g[2] * s)
 
 
 def cloth_params(settings, scene, solver):
+    """The solver's parameters, in SI units: lengths (Thickness) are stored
+    in scene units and go to the solver in metres."""
+    unit = unit_scale(scene)
     values = dict(
         substeps=settings.substeps,
         iterations=settings.iterations,
@@ -215,7 +234,7 @@ def cloth_params(settings, scene, solver):
         air_drag=settings.air_drag,
         drag_coefficient=settings.wind_drag,
         lift_coefficient=settings.wind_lift,
-        collision_margin=settings.thickness,
+        collision_margin=settings.thickness * unit,
         friction_static=max(settings.static_friction, settings.friction),
         friction_kinetic=settings.friction,
     )

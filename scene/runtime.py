@@ -16,9 +16,17 @@ in unregister()) drives it, in the UI and in background mode alike:
   one step per frame, with pin targets and colliders interpolated);
 * a frame already simulated is shown from the in-memory cache (scrubbing back);
 * a frame before the cache shows the un-simulated mesh;
-* when topology or a rest-state setting changes (``params.rebuild_key``) the
+* when topology or a rest-state setting changes (``params.rebuild_key``), or
+  the modifiers above Drape's modifier or its place in the stack do, the
   model is rebuilt and the cache restarts at the current frame; every other
   setting (stiffness, damping, friction, wind response...) is read every step.
+
+The simulated mesh is the mesh as evaluated at Drape's place in the stack
+(``meshdata.sample``): its rest shape is that mesh where the cache starts, its
+pin targets that mesh every frame. A topology there that changes between
+frames (an animated Decimate above Drape) stops the cloth with a message.
+Positions, lengths and gravity reach the solver in metres (the scene's Unit
+Scale); results go back to the object's local space in its units.
 
 The result is written as described in ``writeback``. An object whose
 ``drape_bake.baked`` is true is not simulated (it plays its bake).
@@ -104,6 +112,8 @@ class Member:
         self.frames = {}           # frame -> (m, 3) float32, object local space
         self.prev_targets = None
         self.kept_pin_weight = None  # the dense pin weights last read while the pin group existed
+        self.counts = None           # vertices, faces, corners of the mesh at Drape's place in the stack
+        self.unit = 1.0              # metres per Blender unit (the scene's Unit Scale)
         self.warning = None          # a vanished pin / mass group, while it is missing
 
 
@@ -211,18 +221,29 @@ def _topology_key(obj):
     return (mesh.name, len(mesh.vertices), len(mesh.polygons), len(mesh.loops))
 
 
-def _full_key(obj):
+def _stack_key(obj):
+    """What decides the simulated mesh in the modifier stack: Drape's place
+    and the modifiers above it (moving Drape or adding a Subdivision Surface
+    above it while playing rebuilds at the current frame)."""
+    above, _below = meshdata.modifiers_around(obj)
+    return (writeback.modifier_index(obj),
+            tuple((m.name, m.type, m.show_viewport, m.show_render) for m in above))
+
+
+def _full_key(obj, scene=None):
     s = obj.drape
     proxy_key = ()
     if s.sim_source == 'PROXY' and s.proxy is not None and s.proxy.type == 'MESH':
         proxy_key = _topology_key(s.proxy)
     # A Drape modifier removed by hand is put back by a rebuild (pins are read through it).
     has_modifier = writeback.find_modifier(obj) is not None
-    return (obj.drape.uid, params.rebuild_key(obj), _topology_key(obj), proxy_key, has_modifier)
+    unit = meshdata.unit_scale(scene) if scene is not None else 1.0
+    return (obj.drape.uid, params.rebuild_key(obj), _topology_key(obj), proxy_key, has_modifier,
+            _stack_key(obj), round(unit, 12))
 
 
-def _sim_key(objs):
-    return tuple(_full_key(o) for o in objs)
+def _sim_key(objs, scene=None):
+    return tuple(_full_key(o, scene) for o in objs)
 
 
 def _interpolate(member, dense_values):
@@ -296,11 +317,10 @@ def _check_sample(obj, dense):
 def _sample(obj, member, depsgraph):
     """The member's evaluated mesh now, checked; with its pin group gone the
     last pin weights read stand in (and the member carries a warning)."""
-    dense = meshdata.sample(obj, depsgraph)
-    if dense.positions.shape[0] != member.dense_count:
-        raise DrapeInputError(f"'{obj.name}': its evaluated vertex count changed "
-                              f"({member.dense_count} -> {dense.positions.shape[0]}); go to the start frame",
-                              name=obj.name)
+    dense = meshdata.sample(obj, depsgraph, unit=member.unit)
+    if dense.counts != member.counts:
+        raise DrapeInputError(meshdata.topology_changed_message(obj, member.counts, dense.counts,
+                                                                depsgraph.scene.frame_current), name=obj.name)
     missing = _missing_groups(obj)
     _check_sample(obj, dense)
     pin_missing = any(what == "pin group" for what, _ in missing)
@@ -331,7 +351,7 @@ def _targets(sim, objs, samples):
             np.concatenate([w for _, w in parts]))
 
 
-def _build_member(obj, depsgraph):
+def _build_member(obj, depsgraph, unit=1.0):
     """One object's simulated mesh: (member, rest, faces, sizes, mass, pin weight)."""
     solver = _solver()
     settings = obj.drape
@@ -339,9 +359,11 @@ def _build_member(obj, depsgraph):
         writeback.ensure_modifier(obj)
         depsgraph.update()  # the stored pin/mass attributes exist only after re-evaluation
     member = Member(obj.drape.uid, obj.name, settings.sim_source)
-    dense = meshdata.sample(obj, depsgraph)
-    dense_topo = meshdata.Topology(obj.data)
+    member.unit = unit
+    dense = meshdata.sample(obj, depsgraph, unit=unit, topology=True)
+    dense_topo = dense.topology  # the mesh at Drape's place: what the modifiers above make of it
     member.dense_count = dense.positions.shape[0]
+    member.counts = dense.counts
     _check_sample(obj, dense)
     member.kept_pin_weight = dense.pin_weight
     if member.source == 'SELF':
@@ -353,7 +375,7 @@ def _build_member(obj, depsgraph):
             # object transform: it should overlap the cloth where the cache starts.
             proxy = settings.proxy
             proxy_topo = meshdata.Topology(proxy.data)
-            rest = meshdata.to_world(meshdata.local_positions(proxy.data), proxy.matrix_world)
+            rest = meshdata.to_world(meshdata.local_positions(proxy.data), proxy.matrix_world, unit)
             faces, sizes = proxy_topo.face_indices, proxy_topo.face_sizes
         else:
             try:
@@ -408,7 +430,8 @@ def _build(objs, scene, depsgraph):
 def _build_checked(objs, scene, depsgraph, solver):
     prev_colliders = colliders_mod.read(scene, depsgraph)  # a bad collider fails before the build
     lead = objs[0].drape
-    parts = [_build_member(obj, depsgraph) for obj in objs]
+    unit = meshdata.unit_scale(scene)
+    parts = [_build_member(obj, depsgraph, unit) for obj in objs]
     members = [p[0] for p in parts]
     sim = ClothRuntime(members)
     offset = 0
@@ -430,19 +453,20 @@ def _build_checked(objs, scene, depsgraph, solver):
     if lead.self_collision or len(parts) > 1:
         from ..solver.selfcollision import SelfCollision
 
-        sim.model.self_collision = SelfCollision.from_model(sim.model, **_self_params(objs))
+        sim.model.self_collision = SelfCollision.from_model(sim.model, **_self_params(objs, unit))
     sim.state = sim.model.new_state()
-    sim.key = _sim_key(objs)
+    sim.key = _sim_key(objs, scene)
     sim.builds = 1
     sim.prev_colliders = prev_colliders
     return sim
 
 
-def _self_params(objs):
-    """Self-collision settings from the lead cloth; with several cloths in one
-    model, each object's layer orders its region (read every step, no rebuild)."""
+def _self_params(objs, unit=1.0):
+    """Self-collision settings from the lead cloth (the thickness in metres:
+    ``unit`` metres per Blender unit); with several cloths in one model, each
+    object's layer orders its region (read every step, no rebuild)."""
     settings = objs[0].drape
-    out = dict(thickness=max(settings.self_thickness, 1e-5), friction=settings.self_friction,
+    out = dict(thickness=max(settings.self_thickness * unit, 1e-5), friction=settings.self_friction,
                conservativeness=settings.self_conservativeness)
     if len(objs) > 1:
         out["layers"] = np.array([o.drape.layer for o in objs], dtype=np.int32)
@@ -520,7 +544,7 @@ def _show_all(sim, objs, samples, frame):
 
             part = skinning.skin(m.binding, part, pin_targets=dense.positions)
         t1 = time.perf_counter()
-        local = meshdata.to_local(part, dense.matrix)
+        local = meshdata.to_local(part, dense.matrix, m.unit)
         m.frames[frame] = local
         writeback.write_result(obj, local)
         skin_ms += (t1 - t) * 1e3
@@ -539,12 +563,12 @@ def _advance(sim, objs, scene, depsgraph, frame):
     col_end = colliders_mod.read(scene, depsgraph)
     air = None
     if wind.wind_fields(scene):
-        air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame)
+        air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame, unit=sim.members[0].unit)
     prm = params.cloth_params(lead, scene, solver)
     prev_t = np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1 else sim.members[0].prev_targets
     targets, pin_w = _targets(sim, objs, samples)
     if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
-        self_params = _self_params(objs)
+        self_params = _self_params(objs, sim.members[0].unit)
         sim.model.self_collision.set_params(**self_params)
         _set_layer_offsets(sim, self_params)
         _sync_contact_cache(sim, objs, lead)
@@ -587,7 +611,7 @@ def update_sim(objs, scene, depsgraph, taken=None):
     lead = objs[0]
     sim = _registry.get(lead.drape.uid)
     start = scene.frame_start
-    key = _sim_key(objs)
+    key = _sim_key(objs, scene)
     if sim is not None and sim.error and not sim.retry and frame != start and sim.key == key:
         return sim  # a failed cloth retries from the start frame, or when what it is built from changes
     params.check_settings(objs, scene)  # a bad setting is reported before anything changes
@@ -676,13 +700,13 @@ def _message(exc, objs):
     return f"'{name}': Drape failed ({type(exc).__name__}: {exc})"
 
 
-def _record(objs, exc):
+def _record(objs, exc, scene=None):
     """Keep the error of ``objs``'s simulation on its runtime (a stand-in
     runtime when it has none yet)."""
     sim = _registry.get(objs[0].drape.uid)
     if sim is None:
         sim = ClothRuntime([Member(o.drape.uid, o.name, o.drape.sim_source) for o in objs])
-        sim.key = _sim_key(objs)
+        sim.key = _sim_key(objs, scene if scene is not None else bpy.context.scene)
         for o in objs:
             _registry[o.drape.uid] = sim
     retry = isinstance(exc, DrapeInputError) and exc.retry
@@ -730,7 +754,7 @@ def update_scene(scene, depsgraph):
         try:
             sim = update_sim(objs, scene, depsgraph, taken)
         except Exception as exc:  # noqa: BLE001 - a handler must never raise
-            sim = _record(objs, exc)
+            sim = _record(objs, exc, scene)
         _print_new(objs[0].drape.uid, sim)
         alive.update(o.drape.uid for o in objs)
     _prune(alive)

@@ -81,11 +81,15 @@ def check_field(obj, obj_eval):
                               name=obj.name, retry=True)
 
 
-def wind_velocity(scene, depsgraph, points, frame):
-    """(n, 3) float32 wind velocity at ``points`` (world), or None without wind."""
+def wind_velocity(scene, depsgraph, points, frame, unit=1.0):
+    """(n, 3) float32 wind velocity (m/s) at ``points`` (world, metres), or
+    None without wind. ``unit``: metres per Blender unit; a field's distances
+    are in the scene's units, its strength is a speed in m/s whatever they are."""
     fields = wind_fields(scene)
     if not fields:
         return None
+    if unit != 1.0:
+        points = np.asarray(points, np.float32) * np.float32(1.0 / unit)
     total = np.zeros((points.shape[0], 3), np.float32)
     for obj in fields:
         obj_eval = obj.evaluated_get(depsgraph)

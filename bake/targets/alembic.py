@@ -1,5 +1,8 @@
 """Alembic: an .abc file written by Blender's own exporter, played back by a
-Mesh Sequence Cache modifier (topology and UVs stay the mesh's own).
+Mesh Sequence Cache modifier at Drape's place in the stack (topology and UVs
+stay the mesh's own; with modifiers above Drape that change the topology, the
+file holds the mesh as it enters Drape, whose vertex count the modifier
+meets there).
 
 Blender's Alembic exporter can throw a C++ exception out of a full disk,
 which aborts the process: it runs in a child Blender
@@ -97,23 +100,42 @@ with open(answer, "w") as fh:
 """
 
 
+def mesh_to_export(obj):
+    """The mesh whose topology the file holds: the object's own, or, when a
+    modifier above Drape changes the topology, a new mesh made from the
+    evaluated mesh at Drape's place (the caller removes it)."""
+    from ...scene import meshdata
+
+    if not install.topology_above(obj):
+        return obj.data, False
+    depsgraph = bpy.context.evaluated_depsgraph_get()
+    with meshdata.at_drape_point(obj, depsgraph):
+        mesh = bpy.data.meshes.new_from_object(obj.evaluated_get(depsgraph), depsgraph=depsgraph)
+    mesh.name = obj.data.name
+    for name in [a.name for a in mesh.attributes if a.name.startswith("drape_")]:
+        mesh.attributes.remove(mesh.attributes[name])
+    return mesh, True
+
+
 def export_isolated(item, frames):
     """Writes ``item``'s captured frames to ``item.tmp_file`` in a child
     Blender; returns the Alembic object path. Raises BakeError with the reason."""
     obj = item.obj
     tag = f"drape_abc_{os.getpid()}_{bake_job.safe_filename(item.name)}"
     tmp_dir = tempfile.mkdtemp(prefix=tag)
+    mesh, made = None, False
     try:
         mesh_blend = os.path.join(tmp_dir, "mesh.blend")
         answer = os.path.join(tmp_dir, "answer.json")
         try:
-            bpy.data.libraries.write(mesh_blend, {obj.data}, fake_user=True)
+            mesh, made = mesh_to_export(obj)
+            bpy.data.libraries.write(mesh_blend, {mesh}, fake_user=True)
         except (OSError, RuntimeError) as exc:
             raise bake_job.BakeError(f"'{item.name}': could not save the mesh for the Alembic export "
                                      f"({tempfile.gettempdir()}): {exc}") from exc
         render = bpy.context.scene.render
         code, output = bake_job.run_child(bake_job.CHILD_PRELUDE + _CHILD_CODE, [
-            bake_job.PACKAGE_ROOT, mesh_blend, obj.data.name, obj.name, frames[0], frames[-1],
+            bake_job.PACKAGE_ROOT, mesh_blend, mesh.name, obj.name, frames[0], frames[-1],
             item.writer.tmp_path, item.tmp_file, render.fps, render.fps_base, answer])
         if code == 0 and os.path.isfile(answer):
             with open(answer, encoding="utf-8") as fh:
@@ -128,6 +150,8 @@ def export_isolated(item, frames):
             why += f" ({lines[-1].strip()})"
         raise bake_job.BakeError(f"'{item.name}': {why}; the earlier bake is unchanged")
     finally:
+        if made and mesh is not None:
+            bpy.data.meshes.remove(mesh)
         for name in os.listdir(tmp_dir):
             try:
                 os.unlink(os.path.join(tmp_dir, name))

@@ -11,6 +11,9 @@ from . import BakeTarget
 def validate(obj):
     import bpy
 
+    problem = install.topology_problem(obj, "Shape keys")
+    if problem:
+        raise bake_job.BakeError(problem)
     sharing = [o.name for o in bpy.data.objects if o.data == obj.data and o != obj]
     if sharing:
         raise bake_job.BakeError(f"'{obj.name}': its mesh '{obj.data.name}' is shared with "

@@ -113,10 +113,22 @@ def test_missing_pin_group(empty_scene):
     expect_refusal(obj, "no vertex group 'collar'", pin_group="collar")
 
 
-def test_topology_changing_modifier(empty_scene):
+def test_topology_changing_modifier_goes_below_drape(empty_scene):
     obj = grid_object("Subdivided")
     obj.modifiers.new("Subsurf", 'SUBSURF')
-    expect_refusal(obj, "Subsurf", "topology")
+    obj.select_set(True)
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+    assert [m.name for m in obj.modifiers] == ["Drape", "Subsurf"]  # it smooths the simulated result
+
+
+def test_animated_topology_above_drape(empty_scene):
+    obj = grid_object("Decimated")
+    dec = obj.modifiers.new("Decimate", 'DECIMATE')
+    dec.keyframe_insert("ratio", frame=1)
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}  # Drape goes above the Decimate: nothing to refuse
+    obj.modifiers.move(0, 1)
+    obj.drape.enabled = False
+    expect_refusal(obj, "'Decimate'", "changes the topology between frames")
 
 
 def test_conflicting_cloth_modifier(empty_scene):
@@ -169,7 +181,7 @@ def test_proxy_not_a_mesh_is_reported_at_play_and_nothing_written(empty_scene, c
     entry = runtime.get(obj)
     assert entry is not None and "'Cape'" in entry.error and "'NotAMesh'" in entry.error
     assert "not a mesh" in entry.error
-    assert obj.data.attributes.get(writeback.ATTR_RESULT) is None
+    assert not writeback.has_result(obj)
     assert "Drape: 'Cape'" in capsys.readouterr().out  # printed once for the console
     with pytest.raises(RuntimeError, match="not a mesh"):
         runtime.dense_positions_local(obj)
@@ -190,16 +202,16 @@ def test_problems_appearing_after_cloth_add_are_reported_not_crashed(empty_scene
     scene.frame_set(1)
     scene.frame_set(2)
     assert runtime.get(obj).error is None
-    # The artist renames the pin group to one that doesn't exist, then adds a Subsurf.
+    # The artist renames the pin group to one that doesn't exist, then adds Blender's Cloth too.
     obj.drape.pin_group = "gone"
     scene.frame_set(3)
     assert "no vertex group 'gone'" in runtime.get(obj).error
     obj.drape.pin_group = ""
-    obj.modifiers.new("Subsurf", 'SUBSURF')
+    obj.modifiers.new("Cloth", 'CLOTH')
     writeback.ensure_modifier(obj)
     scene.frame_set(1)
-    assert "topology" in runtime.get(obj).error
-    obj.modifiers.remove(obj.modifiers["Subsurf"])
+    assert "'Cloth': remove it" in runtime.get(obj).error
+    obj.modifiers.remove(obj.modifiers["Cloth"])
     scene.frame_set(1)
     scene.frame_set(2)
     assert runtime.get(obj).error is None  # fixed: it simulates again from the start frame

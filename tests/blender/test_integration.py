@@ -330,7 +330,7 @@ def test_rename_delete_and_remove_while_live(empty_scene):
     select_only(sheet)
     bpy.ops.drape.cloth_remove()
     assert not sheet.drape.enabled and writeback.find_modifier(sheet) is None
-    assert sheet.data.attributes.get(writeback.ATTR_RESULT) is None
+    assert not writeback.has_result(sheet)
     scene.frame_set(10)
     assert runtime.get(sheet) is None
     bpy.data.objects.remove(sheet, do_unlink=True)
@@ -528,7 +528,7 @@ def test_settings_survive_save_and_reload(empty_scene, tmp_path):
     assert not runtime._registry, "the live cache must not survive a reload"
     sheet = bpy.data.objects["Sheet"]
     s = sheet.drape
-    assert sheet.data.attributes.get(writeback.ATTR_RESULT) is None  # no stale result shown
+    assert not writeback.has_result(sheet)  # no stale result shown
     assert (s.enabled, s.uid, s.pin_group, s.substeps, s.iterations) == (True, uid, "pin", 7, 2)
     assert s.stretch_stiffness == pytest.approx(12345.0, rel=1e-5)
     assert s.bend_compliance == pytest.approx(500.0, rel=1e-5)
@@ -625,7 +625,7 @@ def test_baked_objects_are_not_simulated(empty_scene):
     sheet.drape_bake.baked = True
     play(empty_scene, range(4, 8))
     assert runtime.get(sheet).steps == steps
-    assert sheet.data.attributes.get(writeback.ATTR_RESULT) is None  # the bake plays, not the live result
+    assert not writeback.has_result(sheet)  # the bake plays, not the live result
     sheet.drape_bake.baked = False
 
 

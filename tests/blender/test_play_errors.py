@@ -44,13 +44,8 @@ def rest(obj):
 
 
 def shown(obj):
-    """What the viewport shows of the cloth: its result attribute (None: the mesh as modelled)."""
-    attr = obj.data.attributes.get(writeback.ATTR_RESULT)
-    if attr is None:
-        return None
-    out = np.empty(len(obj.data.vertices) * 3, np.float32)
-    attr.data.foreach_get("vector", out)
-    return out.reshape(-1, 3)
+    """What the viewport shows of the cloth: its result (None: the mesh as modelled)."""
+    return writeback.read_result(obj)
 
 
 def scene_state():
