@@ -569,12 +569,11 @@ def test_cached_strip_fans_filter_as_each_contact_alone(between_regions):
     assert sc._fans.shape[1] == 0 and sc._solve_work[0].shape[0] >= sc.count
 
 
-def test_compiled_step_solves_self_contacts_like_the_python_hook_path():
-    # The default step solves a SelfCollision's frozen contacts inside the
-    # compiled step (solve_args + selfcollision.solve_serial); any
-    # other hook runs between the substeps from Python. The same contacts
-    # must move the cloth the same way: two sheets 6 mm apart, the upper one
-    # falling onto the lower (pinned at its corners).
+def test_compiled_step_solves_the_self_contacts_it_found():
+    """The step solves a SelfCollision's frozen contacts inside the compiled
+    loop (solve_args + selfcollision.solve_serial): a sheet falling onto a
+    held sheet 6 mm below stops above it; without self collision it falls
+    through (the test can fail)."""
     from drape.solver import ClothParams, StepInputs, build_model, step
     n = 8
     xs = np.linspace(0.0, 0.4, n + 1)
@@ -583,37 +582,28 @@ def test_compiled_step_solves_self_contacts_like_the_python_hook_path():
     idx = np.arange((n + 1) ** 2).reshape(n + 1, n + 1)
     quads = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], axis=-1).ravel()
     m = merge_meshes([(grid, quads, np.full(n * n, 4)), (grid + [0.0, 0.0, 0.006], quads, np.full(n * n, 4))])
+    below = len(grid)
     pin = np.zeros(len(m.positions))
-    pin[[0, n, n * (n + 1), (n + 1) ** 2 - 1]] = 1.0
+    pin[:below] = 1.0                                  # the lower sheet is held still
     params = ClothParams(substeps=4)
-
-    class Hook:
-        """Only detect/solve: the step takes the Python substep loop."""
-
-        def __init__(self, sc):
-            self.sc = sc
-
-        def detect(self, pos, vel, dt, gravity):
-            return self.sc.detect(pos, vel, dt, gravity)
-
-        def solve(self, pos, prev):
-            self.sc.solve(pos, prev)
-
-    results = []
-    for hook in (False, True):
+    gaps = []
+    for self_collision in (True, False):
         model = build_model(m.positions, m.face_indices, m.face_sizes, np.full(len(m.positions), 0.002), pin,
                             params, region=m.region)
-        sc = SelfCollision.from_model(model, thickness=0.008)
-        model.self_collision = Hook(sc) if hook else sc
+        sc = SelfCollision.from_model(model, thickness=0.004) if self_collision else None
+        model.self_collision = sc
         state = model.new_state()
         counts = []
-        for _ in range(8):
+        for _ in range(12):
             step(model, state, StepInputs(), 1 / 60, params)
-            counts.append(sc.count)
-        results.append((state.positions_aos().copy(), counts))
-    (fused, c_fused), (python, c_python) = results
-    assert min(c_fused) > 50 and c_fused == c_python
-    assert np.abs(fused - python).max() < 1e-5
+            counts.append(sc.count if sc else 0)
+        z = state.positions[2]
+        gaps.append(float((z[below:] - z[:below]).min()))
+        if sc:
+            assert max(counts) > 50, counts
+    with_contacts, without = gaps
+    assert with_contacts > 0.002, with_contacts          # above, about a thickness apart
+    assert without < 0.0, without                        # fell through
 
 
 def test_broad_phases_find_the_same_contacts_on_a_crumpled_moving_sheet():
