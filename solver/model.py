@@ -59,14 +59,16 @@ class Model:
             # A quad diagonal that is also some polygon's edge stays structural.
             skey = struct[:, 0] * n + struct[:, 1]
             diag = diag[~np.isin(diag[:, 0] * n + diag[:, 1], skey)]
-        self.stretch = DistanceConstraints(struct, self.rest_positions)
-        self.shear = DistanceConstraints(diag, self.rest_positions)
+        self.stretch = DistanceConstraints(struct, self.rest_positions, compliance="a_stretch")
+        self.shear = DistanceConstraints(diag, self.rest_positions, compliance="a_shear")
         # Long-range stretch limits (unilateral, solved when params.stretch_limits),
         # three quarters of a correction per substep: at full strength they
         # fight the frozen self contacts of crushed cloth and pump energy in
         # (tests/solver/test_selfcollision_scenarios.py's crushed pile).
         limit_pairs, limit_rest = topology.stretch_limit_pairs(self.rest_positions, struct)
-        self.limits = DistanceConstraints(limit_pairs, self.rest_positions, rest=limit_rest, relaxation=0.75)
+        # As stiff as the tethers and scaled like them.
+        self.limits = DistanceConstraints(limit_pairs, self.rest_positions, rest=limit_rest, relaxation=0.75,
+                                          compliance="a_tether", scale="tether_scale", switch="use_limits")
         self.bend = BendingConstraints(self.rest_positions, self.triangles)
 
         t = self.triangles.astype(np.int64)
@@ -97,6 +99,12 @@ class Model:
         self.pin_version = 0
         self.pin_weight = None
         self.set_pin_weight(pin_weight)
+
+    @property
+    def constraints(self):
+        """The constraint sets in the order the substep loop takes their
+        records (loop._run's stretch, shear, bend, tether, limits)."""
+        return (self.stretch, self.shear, self.bend, self.tethers, self.limits)
 
     # -- pins ---------------------------------------------------------------
 

@@ -211,20 +211,10 @@ def _prepare(model, params, key, dt, h):
     c = config[0]
     # alpha~ exactly as the kernels compute it (float32), for the fast paths.
     inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))
-    model.stretch.refresh_coefficients(float(c["a_stretch"] * inv_h2))
-    model.shear.refresh_coefficients(float(c["a_shear"] * inv_h2))
-    model.bend.refresh_coefficients(float(c["a_bend"] * inv_h2))
-    # The stretch limits are as stiff as the tethers and scaled like them.
-    model.limits.refresh_coefficients(float(c["a_tether"] * inv_h2))
-    model.limits.coef[:, 2] = model.limits.rest * np.float32(params.tether_scale)
+    prepared = [constraints.prepare(c, inv_h2) for constraints in model.constraints]
+    records = tuple(p[0] for p in prepared)
+    fast_records = tuple(p[1] for p in prepared)
     soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
-    if len(model.limits) == 0:
-        c["use_limits"] = 0.0
-    c["bend_curved"] = 1.0 if np.any(model.bend.rest != 0) else 0.0
-    tether = model.tethers.record(np.float32(c["a_tether"] * inv_h2))
-    records = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether, model.limits.packed())
-    fast_records = (model.stretch.packed_fast(), model.shear.packed_fast(), model.bend.packed_fast(), tether,
-                    model.limits.packed_fast())
     # The default settings (one iteration, undamped stretch/shear/bend; no
     # wind, checked per step) run loop.run, which holds only the fast
     # kernels: less to compile.

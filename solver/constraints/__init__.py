@@ -1,8 +1,9 @@
 """One module per constraint type, each with its build and its solve.
 
 A new type: its module here (a class that builds the arrays from the rest
-mesh, a record of what its kernels read, the kernels), an attribute of
-Model that builds it (model.py), and its call in the substep loop (loop.py).
+mesh, a record of what its kernels read, `prepare(c, inv_h2)` giving the
+records for a step, the kernels), its place in Model.constraints
+(model.py), and its arguments and call in the substep loop (loop.py).
 """
 
 from .bending import BendingConstraints, BendingRecord

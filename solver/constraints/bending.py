@@ -79,6 +79,14 @@ class BendingConstraints:
         """The fast kernels' arrays, as a FastBendingRecord."""
         return FastBendingRecord(self.idx_rec, self.coef.reshape(-1))
 
+    def prepare(self, c, inv_h2):
+        """(record, fast record) for the step's config record c and 1/h^2;
+        sets c's bend_curved flag (a curved rest shape needs the kernels'
+        rest term)."""
+        self.refresh_coefficients(float(c["a_bend"] * inv_h2))
+        c["bend_curved"] = 1.0 if np.any(self.rest != 0) else 0.0
+        return self.packed(), self.packed_fast()
+
 
 
 @njit(**JIT)

@@ -35,11 +35,16 @@ class DistanceConstraints:
     """One class of distance constraints in colour order (stable-sorted by
     colour; batch c is [offsets[c], offsets[c+1]))."""
 
-    def __init__(self, pairs, rest_positions, rest=None, relaxation=1.0):
+    def __init__(self, pairs, rest_positions, rest=None, relaxation=1.0, compliance="a_stretch", scale=None,
+                 switch=None):
         """rest: (m,) rest lengths in the order of `pairs` (default: their
         distance in rest_positions). relaxation: the fraction of the XPBD
-        correction the fast kernels apply (1 = all of it)."""
+        correction the fast kernels apply (1 = all of it). compliance: the
+        CONFIG field of its compliance; scale: a CONFIG field that scales
+        the rest lengths (None: none); switch: a CONFIG flag turned off
+        when there are no constraints (see prepare)."""
         self.relaxation = float(relaxation)
+        self.compliance, self.scale, self.switch = compliance, scale, switch
         n = len(rest_positions)
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         order, self.offsets = topology.colour_order(pairs, n)
@@ -102,6 +107,16 @@ class DistanceConstraints:
     def packed_fast(self):
         """The fast kernels' arrays, as a FastDistanceRecord."""
         return FastDistanceRecord(self.ab_rec, self.coef.reshape(-1))
+
+    def prepare(self, c, inv_h2):
+        """(record, fast record) for the step's config record c and 1/h^2
+        (float32, as the kernels compute alpha~)."""
+        self.refresh_coefficients(float(c[self.compliance] * inv_h2))
+        if self.scale is not None:
+            self.coef[:, 2] = self.rest * c[self.scale]
+        if self.switch is not None and len(self) == 0:
+            c[self.switch] = 0.0
+        return self.packed(), self.packed_fast()
 
 
 

@@ -38,6 +38,12 @@ class Tethers:
     def __len__(self):
         return len(self.vertex)
 
+    def prepare(self, c, inv_h2):
+        """(record, record) for the step's config record c and 1/h^2: both
+        loops take the whole TetherRecord."""
+        rec = self.record(np.float32(c["a_tether"] * inv_h2))
+        return rec, rec
+
     def record(self, alpha_tilde):
         """A TetherRecord with coef for alpha~ (float32, as the kernels use it)."""
         den = self.w + np.float32(alpha_tilde)
