@@ -88,6 +88,7 @@ def _config(params, h):
     c["maxv"] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
     c["use_tethers"] = 1.0 if params.tethers else 0.0
     c["use_limits"] = 1.0 if params.stretch_limits else 0.0
+    c["use_edges"] = 1.0 if params.edge_contacts else 0.0
     c["substeps"] = int(params.substeps)
     c["iterations"] = int(params.iterations)
     return config
@@ -190,7 +191,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
-                  model.soft_lam, self_contacts)
+                  model.soft_lam, model.surface.arrays(), self_contacts)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:
@@ -217,6 +218,7 @@ def _prepare(model, params, key, dt, h):
     if len(model.limits) == 0:
         c["use_limits"] = 0.0
     c["bend_curved"] = 1.0 if np.any(model.bend.rest != 0) else 0.0
+    c["edge_reach"] = model.surface.reach
     tether = model.tethers.record(np.float32(c["a_tether"] * inv_h2))
     records = (model.stretch.packed(), model.shear.packed(), model.bend.packed(), tether, model.limits.packed())
     fast_records = (model.stretch.packed_fast(), model.shear.packed_fast(), model.bend.packed_fast(), tether,
