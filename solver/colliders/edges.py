@@ -30,8 +30,9 @@ import numpy as np
 from numba import njit
 
 from ..config import EPS, F0, F1
+from ..hardware import compact_flags
 from ..jit import FLAT, KERNEL as JIT
-from .capsule import capsule_distance_pre, capsule_row_off, swept_box_union
+from .capsule import capsule_distance_pre, capsule_row_off, outside_capsule, swept_box_union
 
 
 @dataclass
@@ -87,6 +88,57 @@ def surface_edges(triangles, rest_positions):
 def grown_box(u, r):
     """Box u (a tuple: min xyz, max xyz) grown by r on every side."""
     return (u[0] - r, u[1] - r, u[2] - r, u[3] + r, u[4] + r, u[5] + r)
+
+
+@njit(**FLAT)
+def near_capsules(pos, cmask, cand, count, sel, box, pre, reach):
+    """Of the listed vertices cand[:count] (sel: their flags), keep flagged
+    only those within reach of a capsule's grown surface (of its axis by its
+    larger radius, the vertex's collider offset and reach): the closest
+    point of an edge is within half its length of one of its ends, so the
+    edges of the others cannot touch a capsule. Returns the new list in
+    cand (compact_flags) and its length. Most listed vertices are only in a
+    capsule's box, and visiting their edges cost more than this pass."""
+    kc = box.shape[0]
+    for q in range(np.uint64(count)):
+        i = cand[q]
+        px, py, pz = pos[0, i], pos[1, i], pos[2, i]
+        near = 0
+        if cmask[i] >= F0:
+            for j in range(kc):
+                if (px < box[j, 0] - reach or px > box[j, 3] + reach or py < box[j, 1] - reach
+                        or py > box[j, 4] + reach or pz < box[j, 2] - reach or pz > box[j, 5] + reach):
+                    continue
+                r = max(pre[j, 8], pre[j, 9]) + cmask[i] + reach
+                if not outside_capsule(px, py, pz, pre[j, 0], pre[j, 1], pre[j, 2], pre[j, 3], pre[j, 4],
+                                       pre[j, 5], pre[j, 6], r):
+                    near = 1
+                    break
+        sel[i] = near
+    return compact_flags(sel, cand)
+
+
+@njit(inline="always", **JIT)
+def sagging_edge_length(radius, margin):
+    """The squared length below which an edge whose ends are outside a
+    capsule of (grown) radius at least `radius` dips at most margin into it:
+    the deepest such chord is one of the sphere of that radius, whose sag is
+    R - sqrt(R^2 - L^2 / 4)."""
+    return np.float32(4.0) * margin * (np.float32(2.0) * radius - margin)
+
+
+@njit(inline="always", **JIT)
+def face_contacts_needed(radius, reach, margin):
+    """Whether an end sphere of this (grown) radius can reach more than
+    margin into a triangle whose edges all keep out of it: the plane of a
+    triangle cuts the sphere in a disc, which touches no edge only while it
+    fits inside the triangle (radius at most its inradius, below 0.29 times
+    its longest edge: below reach also for triangles whose longest edge is
+    stretched 3.4 times, as cloth draped over a fast capsule's end is). A
+    sphere much larger than the triangles cannot reach past the margin
+    between their edges: the edge contacts hold it."""
+    rho = reach
+    return radius < rho or radius - np.sqrt(radius * radius - rho * rho) > margin
 
 
 @njit(inline="always", **JIT)
@@ -147,7 +199,7 @@ def _record_push(contact, clist, ccount, i, amount, nx, ny, nz, cvx, cvy, cvz):
 
 @njit(**FLAT)
 def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel, once, edge_start, edge_other,
-                       box, pre, contact, clist, ccount):
+                       box, pre, margin, contact, clist, ccount):
     """Move the triangle edges that meet a capsule to its surface (see the
     module's docstring). Visits the edges of the listed vertices cand[:count];
     with once, sel holds their flags, and an edge with both ends listed is
@@ -159,8 +211,11 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
     opposes the one of the edge at substep start (prev, against the capsule
     then, cap0) is pushed back to the side it came from instead, to the
     plane tangent to the capsule there (the swept entry plane of the vertex
-    contacts). box, pre: as for project_colliders_into. Returns the new
-    ccount."""
+    contacts). An edge between two free vertices (which the vertex
+    projection left outside) short against the capsule cannot sag more than
+    margin into it (sagging_edge_length) and is skipped: on a capsule much
+    larger than the triangles that is every edge but the stretched ones.
+    box, pre: as for project_colliders_into. Returns the new ccount."""
     kc = cap1.shape[0]
     if kc == 0:
         return ccount
@@ -186,7 +241,11 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                     or hiz < ubox[2] or loz > ubox[5]):
                 continue
             off = max(oi, ok)
+            ex, ey, ez = qx - px, qy - py, qz - pz
+            free = wi != F0 and wk != F0
             for j in range(kc):
+                if free and ex * ex + ey * ey + ez * ez <= sagging_edge_length(min(pre[j, 8], pre[j, 9]), margin):
+                    continue
                 if (hix < box[j, 0] or lox > box[j, 3] or hiy < box[j, 1] or loy > box[j, 4]
                         or hiz < box[j, 2] or loz > box[j, 5]):
                     continue
@@ -276,7 +335,7 @@ def _barycentric(x0, y0, z0, v0, v1, yx, yy, yz):
 
 @njit(**FLAT)
 def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, tri_list, tris, stamp, reach, pre,
-                       contact, clist, ccount):
+                       margin, contact, clist, ccount):
     """Keep the capsules' end spheres out of the triangles' interiors (see
     the module's docstring): for the listed vertices cand[:count] within
     reach of a capsule end's sphere, each of their triangles (once: stamp[t]
@@ -284,10 +343,17 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, 
     each end whose centre projects into it. An end sphere that reaches the
     triangle pushes it away to its radius; one whose axis pierces the
     triangle while the sphere still meets its plane (a tip that poked
-    through) carries the triangle past the tip. tris: (3, t) uint32.
-    Returns the new ccount."""
+    through) carries the triangle past the tip. Only ends small against
+    the triangles are visited (face_contacts_needed; the vertices' collider
+    offsets are left out of that test). tris: (3, t) uint32. Returns the
+    new ccount."""
     kc = cap1.shape[0]
-    if kc == 0:
+    needed = False
+    for j in range(kc):
+        for end in range(2):
+            if face_contacts_needed(pre[j, 8 + end], reach, margin):
+                needed = True
+    if not needed:
         return ccount
     last = stamp.shape[0] - 1
     tag = stamp[last] + np.uint32(1)
@@ -304,6 +370,8 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, 
         for j in range(kc):
             ln = pre[j, 6]
             for end in range(2):
+                if not face_contacts_needed(pre[j, 8 + end], reach, margin):
+                    continue
                 sd = ln * np.float32(end)
                 ex = pre[j, 0] + sd * pre[j, 3]
                 ey = pre[j, 1] + sd * pre[j, 4]
