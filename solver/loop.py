@@ -26,7 +26,7 @@ from numba import njit
 
 from .colliders import interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
-from .colliders.edges import grown_box, near_capsules, project_edges_into, project_faces_into
+from .colliders.edges import grown_box, project_edges_into, project_faces_into
 from .config import F0, F1
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
@@ -204,8 +204,6 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if use_edges:
                     if count < 0:
                         count = collect_rows(pos, hit, grown_box(swept_box_union(box1), reach), cand, sel)
-                    # cand and sel are free once the vertices are projected.
-                    count = near_capsules(pos, cmask, cand, count, sel, box1, sweep[0], reach)
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel, True,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
                     ccount = project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, tri_list,

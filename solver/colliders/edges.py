@@ -19,9 +19,15 @@ projection:
   just poked through it) moves the triangle along its normal, shared by the
   barycentric weights and the inverse masses.
 
-Both add their pushes to the contact records, so the vertices they move get
-the colliders' friction. Only vertices the step lists near the capsules
-(their union box grown by SurfaceEdges.reach) are visited.
+then the edges of the vertices in contact once more (a neighbour's push
+moves an edge draped over a fast capsule's end back in). Both add their
+pushes to the contact records, so the vertices they move get the colliders'
+friction. Only vertices the step lists near the capsules (their union box
+grown by SurfaceEdges.reach) are visited, and the work stays small where
+nothing can cut in: an edge between free vertices too short to sag past the
+margin stops at one length test (on a capsule much larger than the
+triangles, every edge but the stretched ones), and ends much larger than
+the triangles skip the face pass.
 """
 
 from dataclasses import dataclass
@@ -30,9 +36,8 @@ import numpy as np
 from numba import njit
 
 from ..config import EPS, F0, F1
-from ..hardware import compact_flags
 from ..jit import FLAT, KERNEL as JIT
-from .capsule import capsule_distance_pre, capsule_row_off, outside_capsule, swept_box_union
+from .capsule import capsule_distance_pre, capsule_row_off, swept_box_union
 
 
 @dataclass
@@ -88,34 +93,6 @@ def surface_edges(triangles, rest_positions):
 def grown_box(u, r):
     """Box u (a tuple: min xyz, max xyz) grown by r on every side."""
     return (u[0] - r, u[1] - r, u[2] - r, u[3] + r, u[4] + r, u[5] + r)
-
-
-@njit(**FLAT)
-def near_capsules(pos, cmask, cand, count, sel, box, pre, reach):
-    """Of the listed vertices cand[:count] (sel: their flags), keep flagged
-    only those within reach of a capsule's grown surface (of its axis by its
-    larger radius, the vertex's collider offset and reach): the closest
-    point of an edge is within half its length of one of its ends, so the
-    edges of the others cannot touch a capsule. Returns the new list in
-    cand (compact_flags) and its length. Most listed vertices are only in a
-    capsule's box, and visiting their edges cost more than this pass."""
-    kc = box.shape[0]
-    for q in range(np.uint64(count)):
-        i = cand[q]
-        px, py, pz = pos[0, i], pos[1, i], pos[2, i]
-        near = 0
-        if cmask[i] >= F0:
-            for j in range(kc):
-                if (px < box[j, 0] - reach or px > box[j, 3] + reach or py < box[j, 1] - reach
-                        or py > box[j, 4] + reach or pz < box[j, 2] - reach or pz > box[j, 5] + reach):
-                    continue
-                r = max(pre[j, 8], pre[j, 9]) + cmask[i] + reach
-                if not outside_capsule(px, py, pz, pre[j, 0], pre[j, 1], pre[j, 2], pre[j, 3], pre[j, 4],
-                                       pre[j, 5], pre[j, 6], r):
-                    near = 1
-                    break
-        sel[i] = near
-    return compact_flags(sel, cand)
 
 
 @njit(inline="always", **JIT)
@@ -220,28 +197,38 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
     if kc == 0:
         return ccount
     ubox = swept_box_union(box)
+    # Edges of free vertices no longer than this sag within the margin of
+    # every capsule: most edges stop at this test.
+    short = np.float32(3e38)
+    for j in range(kc):
+        short = min(short, sagging_edge_length(min(pre[j, 8], pre[j, 9]), margin))
     for q in range(np.uint64(count)):
         i = cand[q]
         oi = cmask[i]
         if oi < F0:
             continue
+        wi = inv_mass[i]
+        # Vertex i's position, kept current over its edges (only they move it
+        # here) and stored after each.
+        px, py, pz = pos[0, i], pos[1, i], pos[2, i]
         for e in range(edge_start[i], edge_start[i + 1]):
             k = edge_other[e]
             if once and k < i and sel[k] != 0:
                 continue
+            wk = inv_mass[k]
+            qx, qy, qz = pos[0, k], pos[1, k], pos[2, k]
+            ex, ey, ez = qx - px, qy - py, qz - pz
+            if wi != F0 and wk != F0 and ex * ex + ey * ey + ez * ez <= short:
+                continue
             ok = cmask[k]
-            wi, wk = inv_mass[i], inv_mass[k]
             if ok < F0 or wi + wk == F0:
                 continue
-            px, py, pz = pos[0, i], pos[1, i], pos[2, i]
-            qx, qy, qz = pos[0, k], pos[1, k], pos[2, k]
             lox, loy, loz = min(px, qx), min(py, qy), min(pz, qz)
             hix, hiy, hiz = max(px, qx), max(py, qy), max(pz, qz)
             if (hix < ubox[0] or lox > ubox[3] or hiy < ubox[1] or loy > ubox[4]
                     or hiz < ubox[2] or loz > ubox[5]):
                 continue
             off = max(oi, ok)
-            ex, ey, ez = qx - px, qy - py, qz - pz
             free = wi != F0 and wk != F0
             for j in range(kc):
                 if free and ex * ex + ey * ey + ez * ez <= sagging_edge_length(min(pre[j, 8], pre[j, 9]), margin):
