@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import oracles
-from drape.solver import Capsules, ClothParams, StepInputs, build_model, step
+from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, step
+from drape.solver.colliders import capsule, edges
 
 DT = 1.0 / 60.0
 MARGIN = ClothParams().collision_margin
@@ -64,12 +65,71 @@ def max_depth(x, triangles, a, b, ra, rb):
     return max(0.0, -float(oracles.point_capsule_distances(near, a, b, ra, rb).min()))
 
 
-def run_scene(vertices, substeps, capsule_at, seconds, edge_contacts=True):
+def test_edge_axis_closest_matches_the_segment_distance_oracle():
+    # The kernel's closest points of an edge and a capsule's axis against the
+    # oracle's segment-segment distance (critical point and end points).
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        p0, p1, a, b = (rng.normal(size=3) for _ in range(4))
+        if rng.random() < 0.15:
+            b = a.copy()  # a sphere
+        if rng.random() < 0.15:
+            p1 = p0 + (b - a) * rng.uniform(0.1, 2.0)  # parallel to the axis
+        cap = np.zeros((1, 14), np.float32)
+        cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, 0.3, 0.3
+        c = tuple(capsule.prepare_capsules(cap, np.float32(0.0))[0])
+        e = np.float32(p1) - np.float32(p0)
+        t, vx, vy, vz = edges.edge_axis_closest(*np.float32(p0), *e, c)
+        exact = oracles.segment_segment_distance(p0[None], p1[None], a[None], b[None])[0]
+        assert 0.0 <= t <= 1.0
+        assert np.sqrt(vx * vx + vy * vy + vz * vz) == pytest.approx(exact, abs=2e-5)
+
+
+@pytest.mark.parametrize("ra, rb", [(0.2, 0.2), (0.1, 0.3), (0.5, 0.05)])
+def test_pushed_edge_ends_on_the_round_cone(ra, rb):
+    # One free edge pushed through a capsule's side: after the pass its
+    # deepest point (oracle, 200 samples) is on the grown surface.
+    rng = np.random.default_rng(int(ra * 100))
+    margin = np.float32(0.01)
+    for _ in range(40):
+        a, b = np.array([0.0, 0.0, 0.0]), np.array([1.0, 0.0, 0.0])
+        mid = np.array([rng.uniform(0.1, 0.9), 0.0, 0.0])
+        r_mid = ra + (rb - ra) * mid[0]
+        side = rng.normal(size=3)
+        side[0] = 0.0
+        side /= np.linalg.norm(side)
+        along = np.cross(side, [1.0, 0.0, 0.0])
+        centre = mid + side * r_mid * rng.uniform(0.3, 0.95)
+        half = 2.0 * max(ra, rb)
+        pos = np.ascontiguousarray(np.stack([centre - half * along, centre + half * along]).T, dtype=np.float32)
+        prev = pos.copy()
+        cap = np.zeros((1, 14), np.float32)
+        cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, ra, rb
+        pre = capsule.prepare_capsules(cap, margin)
+        box = capsule.capsule_boxes(cap, cap, margin)
+        surface = edges.surface_edges(np.array([[0, 1, 1]]), pos.T)
+        cand = np.array([0, 1], np.uint32)
+        sel = np.ones(8, np.uint8)
+        contact = np.zeros((7, 2), np.float32)
+        clist = np.zeros(2, np.uint32)
+        n = edges.project_edges_into(pos, prev, np.ones(2, np.float32), cap, cap, np.zeros(2, np.float32), cand, 2,
+                                     sel, True, surface.edge_start, surface.edge_other, box, pre, margin, contact,
+                                     clist, 0)
+        assert n == 2 and np.all(contact[3] > 0)
+        f = np.linspace(0.0, 1.0, 200)[:, None]
+        pts = pos[:, 0].astype(np.float64) * (1 - f) + pos[:, 1].astype(np.float64) * f
+        d = oracles.point_capsule_distances(pts, a, b, ra, rb).min()
+        # On the grown surface: one step solves one edge (the round cone's
+        # closest sphere is refined once: 0.5 mm on the steepest cone here).
+        assert d == pytest.approx(float(margin), abs=5e-4)
+
+
+def run_scene(vertices, substeps, capsule_at, seconds, edge_contacts=True, ground=False, iterations=1):
     """Step a hanging sheet for `seconds` with one capsule whose ends and
     radius at time t are capsule_at(t) -> (a, b, radius); returns the deepest
     surface point over the frames and the model's triangles."""
     rest, fi, fs, pin = hanging_sheet(vertices)
-    params = ClothParams(substeps=substeps, edge_contacts=edge_contacts)
+    params = ClothParams(substeps=substeps, iterations=iterations, edge_contacts=edge_contacts)
     model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), pin, params)
     state = model.new_state()
     deepest = 0.0
@@ -77,7 +137,8 @@ def run_scene(vertices, substeps, capsule_at, seconds, edge_contacts=True):
         a0, b0, r = capsule_at(k * DT)
         a1, b1, _ = capsule_at((k + 1) * DT)
         caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([r]), np.array([r]))
-        step(model, state, StepInputs(capsules=caps), DT, params)
+        planes = Planes(np.array([[0.0, 0.0, -1.0]]), np.array([[0.0, 0.0, 1.0]])) if ground else None
+        step(model, state, StepInputs(capsules=caps, planes=planes), DT, params)
         x = state.positions_aos()
         assert np.all(np.isfinite(x))
         deepest = max(deepest, max_depth(x, model.triangles, a1, b1, r, r))
@@ -136,12 +197,12 @@ def thin_poke(speed=0.5, radius=0.01):
     return at, 0.25 / speed + 0.3
 
 
-def _check(vertices, substeps, scene, vertex_only_fails=True):
+def _check(vertices, substeps, scene, vertex_only_fails=True, **kw):
     at, seconds = scene
-    on = run_scene(vertices, substeps, at, seconds)
+    on = run_scene(vertices, substeps, at, seconds, **kw)
     assert on <= MARGIN + TOL, f"a surface point {on * 1e3:.2f} mm inside the capsule"
     if vertex_only_fails:
-        off = run_scene(vertices, substeps, at, seconds, edge_contacts=False)
+        off = run_scene(vertices, substeps, at, seconds, edge_contacts=False, **kw)
         assert off > MARGIN + TOL, f"the scene does not test the edges: {off * 1e3:.2f} mm deep without them"
 
 
@@ -149,6 +210,13 @@ def _check(vertices, substeps, scene, vertex_only_fails=True):
 @pytest.mark.parametrize("substeps", [4, 16])
 def test_post_through_hanging_sheet_21(speed, substeps):
     _check(21, substeps, post(speed))
+
+
+@pytest.mark.parametrize("ground, iterations", [(True, 1), (False, 2)])
+def test_post_through_hanging_sheet_on_the_general_paths(ground, iterations):
+    # A plane below (every vertex visited: the edge pass lists its own) and
+    # two iterations (the general kernels).
+    _check(21, 4, post(4.0), ground=ground, iterations=iterations)
 
 
 @pytest.mark.slow
