@@ -29,6 +29,8 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "substeps", "iterations",
     "coff_max",      # largest per-vertex collider offset (capsule boxes grow by it)
     "bend_curved",   # 1: some bending element has a curved rest shape (rest norm != 0)
+    "use_edges",     # 1: capsule contacts of the edges and faces too (ClothParams.edge_contacts)
+    "edge_reach",    # m: how far past the capsules' boxes the edge and face passes look (SurfaceEdges.reach)
 )])
 
 

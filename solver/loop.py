@@ -9,7 +9,8 @@ For each substep:
      integrate.predict and colliders.capsule.generate_contacts);
   3. iterations of the constraints: stretch, shear, bend, stretch limits,
      tethers, soft pins, then this step's frozen self contacts, then the
-     colliders' projection (last, so the colliders win);
+     colliders' projection (last, so the colliders win) and the capsule
+     contacts of the edges and faces between the vertices (colliders.edges);
 the velocities of the last substep end the step.
 
 The loop is written once and compiled twice (jit.specialised): `run` for
@@ -26,6 +27,7 @@ from numba import njit, types
 
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
+from .colliders.edges import grown_box, project_edges_into, project_faces_into
 from .config import F0, F1, new_config
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
@@ -76,7 +78,8 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
-         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, self_contacts):
+         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, surface,
+         self_contacts):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -84,7 +87,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     colliders.collider_scratch(n, capsules, planes). stretch, shear,
     limits: the arrays of a DistanceRecord (run: of a FastDistanceRecord);
     bend: of a BendingRecord (run: FastBendingRecord); tether: of a
-    TetherRecord, as plain tuples.
+    TetherRecord, as plain tuples. surface: SurfaceEdges.arrays() (the edge
+    and face contacts, colliders/edges.py).
     self_contacts: None, or SelfCollision.solve_args() for this step's
     frozen self contacts (None compiles a version without them). The
     substeps' kernels allocate nothing and compile without reference counts
@@ -126,6 +130,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # theirs, when there are any).
     listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
               and (fast_tethers or not use_tethers))
+    # The edge and face passes visit the vertices within edge_reach of the
+    # capsules' boxes: the list grows by it.
+    use_edges = cfg.use_edges != F0 and caps.shape[0] > 0
+    reach = cfg.edge_reach if use_edges else F0
+    edge_start, edge_other, tri_start, tri_list, tri_stamp = surface
     ccount = np.int64(0)  # not a literal 0: the callees compile once
     bad = 0
     for sub in range(substeps):
@@ -158,7 +167,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             # their union for the list of vertices near them.
             capsule_boxes_into(cap1, cap1, margin + cfg.coff_max, box1)
         if listed:
-            ubox1 = swept_box_union(box1)
+            ubox1 = grown_box(swept_box_union(box1), reach)
         for _ in range(iterations):
             # ---- constraints
             count = -1
@@ -193,6 +202,19 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             if has_contacts:
                 ccount = project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask,
                                                 cand, count, clist, ccount, box1, sweep[0])
+                if use_edges:
+                    if count < 0:
+                        count = collect_rows(pos, hit, grown_box(swept_box_union(box1), reach), cand, sel)
+                    ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel, True,
+                                                edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
+                    ccount = project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, tri_list,
+                                                tris, tri_stamp, reach, sweep[0], margin, contact, clist, ccount)
+                    # A second sweep over the edges of the vertices in
+                    # contact: an edge draped over a capsule's end, stretched
+                    # by a fast one, is pushed back in by its neighbours'
+                    # pushes in the first.
+                    ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
+                                                edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 
@@ -229,6 +251,8 @@ def _part_calls(part, n=8):
     field = np.zeros((3, 1), f32)
     ubox = tuple(f32(0) for _ in range(6))
     count, h = np.int64(0), f32(0)
+    ends = np.zeros(n + 1, u32)
+    tris = np.zeros((3, n), u32)
     flag = types.literal
     if part == "sweep":
         return [(advance_vertices, (rows, rows, rows, vec, cfg, field, contact, ids, count, ids, rows, rows, h,
@@ -250,6 +274,13 @@ def _part_calls(part, n=8):
             (solve_soft_pins, (rows, ids, vec, rows, vec, rows, rows, h, True)),
             (project_colliders_into, (rows, vec, cap1, plane1, h, hit, entry, contact, vec, ids, count, ids, count,
                                       box1, sweep[0])),
+            (collect_rows, (rows, hit, ubox, ids, sel)),
+            (project_edges_into, (rows, rows, vec, cap0, cap1, vec, ids, count, sel, flag(True), ends, ids, box1,
+                                  sweep[0], h, contact, ids, count)),
+            (project_edges_into, (rows, rows, vec, cap0, cap1, vec, ids, count, sel, flag(False), ends, ids, box1,
+                                  sweep[0], h, contact, ids, count)),
+            (project_faces_into, (rows, vec, cap1, hit, vec, ids, count, ends, ids, tris, ids, h, sweep[0], h,
+                                  contact, ids, count)),
             (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
         ]
     raise ValueError(f"unknown part {part!r} (sweep, solve)")

@@ -5,6 +5,7 @@ import numpy as np
 from . import topology
 from .config import as_f32, as_u32
 from .colliders import collider_scratch
+from .colliders.edges import surface_edges
 from .constraints import BendingConstraints, DistanceConstraints, Tethers
 from .params import ClothParams, SolverError
 
@@ -81,6 +82,8 @@ class Model:
         else:
             self.graph_edges = np.zeros((0, 2), np.int64)
         self.tris_soa = as_u32(self.triangles.T) if len(self.triangles) else np.zeros((3, 0), np.uint32)
+        # The triangle edges and faces the capsule contacts of edges and faces visit.
+        self.surface = surface_edges(self.triangles, self.rest_positions)
 
         # Solver scratch (one step at a time per model).
         self.prev = np.zeros((3, n), dtype=np.float32)

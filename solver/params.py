@@ -88,6 +88,9 @@ class ClothParams:
     collision_margin: float = 0.005
     friction_static: float = 0.5
     friction_kinetic: float = 0.3
+    # Capsule contacts of the cloth's edges and faces, not only its vertices
+    # (colliders/edges.py): off, a capsule can cut between vertices.
+    edge_contacts: bool = True
 
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0

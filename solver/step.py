@@ -88,6 +88,7 @@ def _config(params, h):
     c["maxv"] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
     c["use_tethers"] = 1.0 if params.tethers else 0.0
     c["use_limits"] = 1.0 if params.stretch_limits else 0.0
+    c["use_edges"] = 1.0 if params.edge_contacts else 0.0
     c["substeps"] = int(params.substeps)
     c["iterations"] = int(params.iterations)
     return config
@@ -194,7 +195,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
-                  model.soft_lam, self_contacts)
+                  model.soft_lam, model.surface.arrays(), self_contacts)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:
@@ -215,6 +216,7 @@ def _prepare(model, params, key, dt, h):
     records = tuple(p[0] for p in prepared)
     fast_records = tuple(p[1] for p in prepared)
     soft_alpha = model.soft_pin_compliance(params) / np.float32(h * h)
+    c["edge_reach"] = model.surface.reach
     # The default settings (one iteration, undamped stretch/shear/bend; no
     # wind, checked per step) run loop.run, which holds only the fast
     # kernels: less to compile.

@@ -1,0 +1,244 @@
+"""Capsule contacts of the cloth's edges and faces (solver/colliders/edges.py).
+
+Every scene is judged by an oracle written apart from the solver: the exact
+signed distance to the round cone (tests/oracles.py, golden-section search
+in float64) of 16 points along every triangle edge (both ends included) and
+of every triangle's centroid, at the end of every frame, against the
+capsule at that frame's end. The solver keeps points collision_margin
+outside the capsule; the cloth's thickness is that margin, so a point may be
+at most collision_margin inside the bare capsule. Each scene also runs with
+ClothParams.edge_contacts off, where only the vertices collide, and must then
+fail the same check (the scenes are ones where the cloth cuts between its
+vertices)."""
+
+import numpy as np
+import pytest
+
+import oracles
+from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, step
+from drape.solver.colliders import capsule, edges
+
+DT = 1.0 / 60.0
+MARGIN = ClothParams().collision_margin
+# Points sampled along each edge, both ends included.
+SAMPLES = 16
+# The passes run in every iteration after the constraints, so the frame's
+# last positions are solved for contact; what moves them afterwards is the
+# static friction of the velocity update (undoes at most a resting slip of
+# 2 g h^2 along the surface, 0.7 mm at 2 substeps) and float32 rounding of
+# metre-sized coordinates (~1e-7 m). Half a millimetre covers both.
+TOL = 5e-4
+
+
+def hanging_sheet(vertices_per_side):
+    """A 1 m sheet in the XZ plane, (v - 1)^2 quads, its top row pinned."""
+    nq = vertices_per_side - 1
+    rest, fi, fs = oracles.grid_sheet(nq, nq, 1.0)
+    pin = np.zeros(len(rest))
+    pin[:nq + 1] = 1.0
+    return rest, fi, fs, pin
+
+
+def surface_points(x, triangles):
+    """SAMPLES points along every triangle edge and every triangle's centroid
+    of positions x (n, 3), float64."""
+    t = np.asarray(triangles, dtype=np.int64)
+    e = np.concatenate([t[:, [0, 1]], t[:, [1, 2]], t[:, [2, 0]]])
+    e = np.unique(np.sort(e, axis=1), axis=0)
+    f = np.linspace(0.0, 1.0, SAMPLES)[None, :, None]
+    along = x[e[:, 0]][:, None, :] * (1.0 - f) + x[e[:, 1]][:, None, :] * f
+    return np.concatenate([along.reshape(-1, 3), x[t].mean(axis=1)])
+
+
+def max_depth(x, triangles, a, b, ra, rb):
+    """How deep (m) the deepest surface point of x sits inside the round cone
+    (a, b, ra, rb); 0 if none is inside. Points farther from the axis segment
+    than the larger radius cannot be inside and skip the exact search."""
+    p = surface_points(np.asarray(x, dtype=np.float64), triangles)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ab = b - a
+    s = np.clip((p - a) @ ab / max(ab @ ab, 1e-30), 0.0, 1.0)
+    axis = np.linalg.norm(p - (a + s[:, None] * ab), axis=1)
+    near = p[axis < max(ra, rb)]
+    if len(near) == 0:
+        return 0.0
+    return max(0.0, -float(oracles.point_capsule_distances(near, a, b, ra, rb).min()))
+
+
+def test_edge_axis_closest_matches_the_segment_distance_oracle():
+    # The kernel's closest points of an edge and a capsule's axis against the
+    # oracle's segment-segment distance (critical point and end points).
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        p0, p1, a, b = (rng.normal(size=3) for _ in range(4))
+        if rng.random() < 0.15:
+            b = a.copy()  # a sphere
+        if rng.random() < 0.15:
+            p1 = p0 + (b - a) * rng.uniform(0.1, 2.0)  # parallel to the axis
+        cap = np.zeros((1, 14), np.float32)
+        cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, 0.3, 0.3
+        c = tuple(capsule.prepare_capsules(cap, np.float32(0.0))[0])
+        e = np.float32(p1) - np.float32(p0)
+        t, vx, vy, vz = edges.edge_axis_closest(*np.float32(p0), *e, c)
+        exact = oracles.segment_segment_distance(p0[None], p1[None], a[None], b[None])[0]
+        assert 0.0 <= t <= 1.0
+        assert np.sqrt(vx * vx + vy * vy + vz * vz) == pytest.approx(exact, abs=2e-5)
+
+
+@pytest.mark.parametrize("ra, rb", [(0.2, 0.2), (0.1, 0.3), (0.5, 0.05)])
+def test_pushed_edge_ends_on_the_round_cone(ra, rb):
+    # One free edge pushed through a capsule's side: after the pass its
+    # deepest point (oracle, 200 samples) is on the grown surface.
+    rng = np.random.default_rng(int(ra * 100))
+    margin = np.float32(0.01)
+    for _ in range(40):
+        a, b = np.array([0.0, 0.0, 0.0]), np.array([1.0, 0.0, 0.0])
+        mid = np.array([rng.uniform(0.1, 0.9), 0.0, 0.0])
+        r_mid = ra + (rb - ra) * mid[0]
+        side = rng.normal(size=3)
+        side[0] = 0.0
+        side /= np.linalg.norm(side)
+        along = np.cross(side, [1.0, 0.0, 0.0])
+        centre = mid + side * r_mid * rng.uniform(0.3, 0.95)
+        half = 2.0 * max(ra, rb)
+        pos = np.ascontiguousarray(np.stack([centre - half * along, centre + half * along]).T, dtype=np.float32)
+        prev = pos.copy()
+        cap = np.zeros((1, 14), np.float32)
+        cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, ra, rb
+        pre = capsule.prepare_capsules(cap, margin)
+        box = capsule.capsule_boxes(cap, cap, margin)
+        surface = edges.surface_edges(np.array([[0, 1, 1]]), pos.T)
+        cand = np.array([0, 1], np.uint32)
+        sel = np.ones(8, np.uint8)
+        contact = np.zeros((7, 2), np.float32)
+        clist = np.zeros(2, np.uint32)
+        n = edges.project_edges_into(pos, prev, np.ones(2, np.float32), cap, cap, np.zeros(2, np.float32), cand, 2,
+                                     sel, True, surface.edge_start, surface.edge_other, box, pre, margin, contact,
+                                     clist, 0)
+        assert n == 2 and np.all(contact[3] > 0)
+        f = np.linspace(0.0, 1.0, 200)[:, None]
+        pts = pos[:, 0].astype(np.float64) * (1 - f) + pos[:, 1].astype(np.float64) * f
+        d = oracles.point_capsule_distances(pts, a, b, ra, rb).min()
+        # On the grown surface: one step solves one edge (the round cone's
+        # closest sphere is refined once: 0.5 mm on the steepest cone here).
+        assert d == pytest.approx(float(margin), abs=5e-4)
+
+
+def run_scene(vertices, substeps, capsule_at, seconds, edge_contacts=True, ground=False, iterations=1):
+    """Step a hanging sheet for `seconds` with one capsule whose ends and
+    radius at time t are capsule_at(t) -> (a, b, radius); returns the deepest
+    surface point over the frames and the model's triangles."""
+    rest, fi, fs, pin = hanging_sheet(vertices)
+    params = ClothParams(substeps=substeps, iterations=iterations, edge_contacts=edge_contacts)
+    model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), pin, params)
+    state = model.new_state()
+    deepest = 0.0
+    for k in range(int(round(seconds / DT))):
+        a0, b0, r = capsule_at(k * DT)
+        a1, b1, _ = capsule_at((k + 1) * DT)
+        caps = Capsules(a0[None], b0[None], a1[None], b1[None], np.array([r]), np.array([r]))
+        planes = Planes(np.array([[0.0, 0.0, -1.0]]), np.array([[0.0, 0.0, 1.0]])) if ground else None
+        step(model, state, StepInputs(capsules=caps, planes=planes), DT, params)
+        x = state.positions_aos()
+        assert np.all(np.isfinite(x))
+        deepest = max(deepest, max_depth(x, model.triangles, a1, b1, r, r))
+    return deepest
+
+
+def post(speed, radius=0.05):
+    """A vertical capsule post (below the pinned row) that starts in front of
+    the sheet and moves through it along +y at `speed` m/s for 0.7 m."""
+    travel = 0.7
+
+    def at(t):
+        y = -0.15 + speed * min(t, travel / speed)
+        return np.array([0.5, y, 0.1]), np.array([0.5, y, 0.75]), radius
+
+    return at, travel / speed + 0.1
+
+
+def spinning_arm(period=0.5, half=0.3, radius=0.04):
+    """An arm capsule spinning about the vertical through its centre, which
+    sits 12 cm in front of the sheet: each end sweeps through the sheet
+    twice a turn at 2 pi half / period (3.8 m/s)."""
+    c = np.array([0.5, 0.12, 0.45])
+
+    def at(t):
+        th = 2.0 * np.pi * t / period
+        d = half * np.array([np.cos(th), np.sin(th), 0.0])
+        return c - d, c + d, radius
+
+    return at, 2.0 * period
+
+
+def thin_bar(speed=0.5, radius=0.01):
+    """A horizontal capsule far thinner than the 5 cm quads, halfway between
+    two rows of vertices, pressed 15 cm through the sheet's plane and held."""
+    def at(t):
+        y = -0.1 + speed * min(t, 0.25 / speed)
+        return np.array([0.2, y, 0.475]), np.array([0.8, y, 0.475]), radius
+
+    return at, 0.25 / speed + 0.3
+
+
+def thin_poke(speed=0.5, radius=0.01):
+    """A capsule along +y, 1 cm in radius, whose tip is pressed 15 cm through
+    the centroid of one triangle of a 5 cm quad (1.46 cm from its edges):
+    no vertex or edge meets it, only the face."""
+    # The quad of the 21 x 21 sheet with corners x 0.45..0.5, z 0.45..0.5 is
+    # split along its diagonal from (0.45, 0.5) to (0.5, 0.45); the triangle
+    # (0.45, 0.5), (0.45, 0.45), (0.5, 0.45) has its centroid at:
+    cx, cz = 0.45 + 0.05 / 3.0, 0.45 + 0.05 / 3.0
+
+    def at(t):
+        y = -0.1 + speed * min(t, 0.25 / speed)
+        return np.array([cx, y - 0.3, cz]), np.array([cx, y, cz]), radius
+
+    return at, 0.25 / speed + 0.3
+
+
+def _check(vertices, substeps, scene, vertex_only_fails=True, **kw):
+    at, seconds = scene
+    on = run_scene(vertices, substeps, at, seconds, **kw)
+    assert on <= MARGIN + TOL, f"a surface point {on * 1e3:.2f} mm inside the capsule"
+    if vertex_only_fails:
+        off = run_scene(vertices, substeps, at, seconds, edge_contacts=False, **kw)
+        assert off > MARGIN + TOL, f"the scene does not test the edges: {off * 1e3:.2f} mm deep without them"
+
+
+@pytest.mark.parametrize("speed", [1.0, 4.0])
+@pytest.mark.parametrize("substeps", [4, 16])
+def test_post_through_hanging_sheet_21(speed, substeps):
+    _check(21, substeps, post(speed))
+
+
+@pytest.mark.parametrize("ground, iterations", [(True, 1), (False, 2)])
+def test_post_through_hanging_sheet_on_the_general_paths(ground, iterations):
+    # A plane below (every vertex visited: the edge pass lists its own) and
+    # two iterations (the general kernels).
+    _check(21, 4, post(4.0), ground=ground, iterations=iterations)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("speed", [1.0, 4.0])
+@pytest.mark.parametrize("substeps", [4, 16])
+def test_post_through_hanging_sheet_41(speed, substeps):
+    # At 16 substeps the 2.5 cm edges of this sheet stay within the margin
+    # of the 5 cm post with vertex contacts alone: only the edge contacts'
+    # result is checked there.
+    _check(41, substeps, post(speed), vertex_only_fails=substeps == 4)
+
+
+@pytest.mark.parametrize("substeps", [4, 8])
+def test_spinning_arm_in_a_hanging_sheet(substeps):
+    _check(41, substeps, spinning_arm())
+
+
+@pytest.mark.parametrize("substeps", [2, 8])
+def test_thin_capsule_pressed_between_rows_of_vertices(substeps):
+    _check(21, substeps, thin_bar())
+
+
+@pytest.mark.parametrize("substeps", [2, 8])
+def test_thin_capsule_tip_pressed_into_a_face(substeps):
+    _check(21, substeps, thin_poke())
