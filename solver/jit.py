@@ -47,6 +47,8 @@ FLAT = dict(KERNEL, _nrt=False)
 # integer kernels, where speed matters less than plain IEEE results.
 PLAIN = dict(cache=True)
 EXACT_FLAT = dict(cache=True, error_model="numpy", nogil=True, _nrt=False)
+# FAST without reference counting: the self-collision helpers that allocate nothing.
+FAST_FLAT = dict(FAST, _nrt=False)
 
 
 class compiled_fast:

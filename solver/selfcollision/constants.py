@@ -12,7 +12,7 @@ Contact kinds (`KIND_*`), vertex slots in `contact_vertex[k, 0:4]`:
 
 import numpy as np
 
-from ..jit import FAST
+from ..jit import FAST, FAST_FLAT
 
 KIND_POINT_POINT = 0
 KIND_VERTEX_TRIANGLE = 1
@@ -27,23 +27,17 @@ MODE_FULL = 2
 VT_REACH = 1.0
 
 # An edge-edge contact pushes while its closest points are apart across its
-# normal by at most this many thicknesses. At 2 (against the demo skirt's
-# thrown hem) the 64x64 sheet crushed into a pile against a wall
-# lost the edge contacts between its stacked layers and tangled: 557 ->
-# 16,896 crossing pairs in its worst frame, unnoticed behind that scenario's
-# expected failure. At 4 the pile is back (491) and the demo's skirts are
-# as at 2 (crossings over the walk, four gravity nudges: 121-177 / 38-60
-# against 91-166 / 49-56); with no limit the skirts crease more (74-634).
+# normal by at most this many thicknesses. At 2 the stacked layers of cloth
+# crushed into a pile lose their edge contacts and tangle; with no limit
+# layered skirts crease more (tests/solver/test_selfcollision_scenarios.py's
+# crushed pile, `make demo`'s crossing count).
 EE_REACH = 4.0
 
 # Between layered regions the layer order decides a contact's side only while
 # the vertex (or edge) is less than this many thicknesses on the wrong side;
-# deeper, the side at step start holds. Forcing deep ones across a whole
-# layer in one solve tore the demo's skirts apart (edge strain 4.9, 1,877
-# crossing pairs at frame 72); at 1.0 the skirts stay whole, 0.5 and 2.0
-# measured worse (the demo's skirts with a layer order, crossing pairs
-# between the layers summed over every 6th frame of 72: 7,041 and 3,692
-# against 1,667).
+# deeper, the side at step start holds: forcing deep ones across a whole
+# layer in one solve tears layered skirts apart (`make demo`'s crossing
+# count between the layers).
 LAYER_DEPTH = 1.0
 
 # A vertex-triangle or edge-edge contact whose vertex (edge) is more than this
@@ -66,7 +60,7 @@ SLOT_STALE = 2
 JIT = FAST
 
 # Helpers that allocate nothing compile without numba's reference counting
-# (_nrt=False): called with arrays, each call otherwise made an atomic
+# (jit.FAST_FLAT): called with arrays, each call otherwise made an atomic
 # increment and decrement per array argument, a quarter of the detection
 # time on the demo's layered skirts (perf: `lock incq`/`lock decq`).
 # narrow_pair is a plain call for the same reason (inlined, its twenty
@@ -74,7 +68,7 @@ JIT = FAST
 # and per-triangle helpers (_tri_box, _tri_sphere, _spheres_apart, ...) are
 # inlined as well: a call passes each array as its whole struct, and
 # inlining them made detection ~10% faster on the 32x32 and 100x100 sheets.
-HELPER = dict(JIT, _nrt=False)
+HELPER = FAST_FLAT
 F32_TINY = np.float32(1e-30)
 F32_ONE = np.float32(1.0)
 F32_TWO = np.float32(2.0)
