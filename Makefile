@@ -23,7 +23,9 @@ endif
 	@# generic CPU, every portable twin), in its own numba cache, so both
 	@# branches of each CPU-specific choice run in CI. The slow scenarios ran
 	@# above on the host build; here the fast tests cover every kernel.
-	DRAPE_PORTABLE=1 NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
+	@# NUMBA_CPU_NAME too: test helpers declare kernels before the solver's
+	@# hardware module can set numba's CPU.
+	DRAPE_PORTABLE=1 NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
 		$(VENV_PY) -m pytest -p no:pytest-blender tests/solver -m "not slow" $(PYTEST_ARGS)
 
 # Everything except the scenario tests marked slow.

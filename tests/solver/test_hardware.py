@@ -72,3 +72,16 @@ def test_rsqrt_matches_the_portable_twin_to_float32_rounding():
         a, b = rsqrt(x), twin(x)
         assert abs(a - b) <= 4 * np.spacing(np.float32(b)), (x, a, b)
         assert abs(b - 1 / np.sqrt(np.float64(x))) <= 2 * np.spacing(np.float32(b))
+
+
+def test_this_run_compiles_for_the_cpu_it_was_asked_for():
+    """In make test's portable pass (DRAPE_PORTABLE=1) every kernel of this
+    process takes the portable twins and compiles for the generic CPU."""
+    import os
+
+    import numba
+
+    if not hardware._portable_requested():
+        pytest.skip("not the portable run")
+    assert hardware.PORTABLE and not hardware.COMPRESS_FLAGS and not hardware.X86_RSQRT
+    assert numba.config.CPU_NAME == "generic", os.environ.get("NUMBA_CPU_NAME")
