@@ -50,18 +50,18 @@ def modifier_input_get(mod, identifier):
 def modifier_input_set(mod, identifier, value):
     """Sets the Geometry Nodes modifier input ``identifier`` to ``value``.
 
-    4.2-5.1 set an ID property, which tells the depsgraph nothing: an
-    object input (the result object) then stays out of the modifier's
-    relations and its geometry reads as empty until something else rebuilds
-    them. Assigning the node group again (an RNA update) rebuilds them.
-    5.2+: the RNA input's own update does."""
+    An object input (the result object) set this way stays out of the
+    modifier's depsgraph relations, and its geometry reads as empty until
+    something else rebuilds them: in 4.2-5.1 an ID property tells the
+    depsgraph nothing, and 5.2's RNA input does not rebuild them either (5.3
+    does). Assigning the node group again (an RNA update) rebuilds them."""
     inputs = _modifier_inputs(mod)
     if inputs is not None:
         getattr(inputs, identifier).value = value
     else:
         mod[identifier] = value
-        if isinstance(value, bpy.types.ID) and mod.node_group is not None:
-            mod.node_group = mod.node_group
+    if isinstance(value, bpy.types.ID) and mod.node_group is not None:
+        mod.node_group = mod.node_group
 
 
 # --- F-Curves of an animated ID ----------------------------------------------
