@@ -10,6 +10,9 @@ checked against the live playback they replace, and the unit-scale pair
 against the same scene in metres.
 """
 
+import importlib.util
+import os
+
 import bpy
 import numpy as np
 import pytest
@@ -17,23 +20,17 @@ import pytest
 from drape.bake import job as bake_job
 from drape.scene import meshdata, runtime, writeback
 
+# The bake tests' mesh readers, loaded as test_bake_safety.py loads them.
+_spec = importlib.util.spec_from_file_location(
+    "drape_test_stack_helpers", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_bake.py"))
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)
+read_co = _helpers.read_co
+evaluated_co = _helpers.evaluated_co
+
 FRAMES = 12
 
 
-def read_co(mesh):
-    co = np.empty(len(mesh.vertices) * 3, dtype=np.float32)
-    mesh.vertices.foreach_get("co", co)
-    return co.reshape(-1, 3)
-
-
-def evaluated_co(obj):
-    depsgraph = bpy.context.evaluated_depsgraph_get()
-    ev = obj.evaluated_get(depsgraph)
-    mesh = ev.to_mesh()
-    try:
-        return read_co(mesh)
-    finally:
-        ev.to_mesh_clear()
 
 
 def without_drape(obj):
