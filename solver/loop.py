@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit, types
 
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
-from .colliders.box import box_swept_contacts, interpolate_boxes, project_boxes_into
+from .colliders.box import box_swept_contacts, interpolate_boxes, project_box_edges_into, project_boxes_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
 from .config import F0, F1, new_config
@@ -210,6 +210,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             if GENERAL and use_boxes:
                 ccount = project_boxes_into(pos, inv_mass, bx1, margin, cmask, cfg.coff_max, bhit, bentry, contact,
                                             clist, ccount, baabb)
+                if cfg.use_edges != F0:
+                    ccount = project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_other,
+                                                    contact, clist, ccount, baabb)
             if has_contacts:
                 ccount = project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask,
                                                 cand, count, clist, ccount, box1, sweep[0])

@@ -377,3 +377,114 @@ class Boxes:
         if not np.all(np.isfinite(out)):
             raise SolverError("Boxes do not fit in float32")
         return out
+
+
+@njit(inline="always", **JIT)
+def _record(contact, clist, ccount, i, amount, nx, ny, nz, v):
+    """Add a push of vertex i to its contact record; returns the new ccount."""
+    contact[0, i], contact[1, i], contact[2, i] = nx, ny, nz
+    if contact[3, i] == F0:
+        clist[ccount] = i
+        ccount += 1
+    contact[3, i] += amount
+    contact[4, i], contact[5, i], contact[6, i] = v[0], v[1], v[2]
+    return ccount
+
+
+@njit(**FLAT)
+def project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_other, contact, clist, ccount,
+                           aabb):
+    """Move the cloth's edges that cut into a box (draped over a table's
+    edge with both ends outside) out of it: the deepest point of the edge
+    (the distance is convex along it; a golden-section search) moves out
+    along the box's normal there, shared by the two ends by their weights
+    and barycentric coordinates (as colliders.edges does for capsules).
+    Most edges stop at a test from the distances and normals at their ends:
+    the tangent lines at both ends bound the distance along a convex
+    function from below, and an edge resting on a face (normals across it)
+    or leaving it is never inside; nor is an edge whose ends lie on opposite
+    faces pushed, or one whose deepest point's normal faces away from its
+    ends' (see below). aabb: box_bounds_into(bx1, bx1, ...),
+    as project_boxes_into leaves it. Returns the new ccount."""
+    k = bx1.shape[0]
+    n = np.uint64(pos.shape[1])
+    if k == 0:
+        return ccount
+    gr = np.float32(0.618034)
+    for i in range(n):
+        oi = cmask[i]
+        if oi < F0:
+            continue
+        wi = inv_mass[i]
+        for e in range(edge_start[i], edge_start[i + 1]):
+            q = edge_other[e]
+            if q < i:
+                continue
+            oq = cmask[q]
+            wq = inv_mass[q]
+            if oq < F0 or wi + wq == F0:
+                continue
+            grow = margin + max(oi, oq)
+            for j in range(k):
+                px, py, pz = pos[0, i], pos[1, i], pos[2, i]
+                qx, qy, qz = pos[0, q], pos[1, q], pos[2, q]
+                if (max(px, qx) < aabb[j, 0] or min(px, qx) > aabb[j, 3] or max(py, qy) < aabb[j, 1]
+                        or min(py, qy) > aabb[j, 4] or max(pz, qz) < aabb[j, 2] or min(pz, qz) > aabb[j, 5]):
+                    continue
+                ex, ey, ez = qx - px, qy - py, qz - pz
+                d0, n0x, n0y, n0z = box_distance(px, py, pz, bx1, j, grow)
+                d1, n1x, n1y, n1z = box_distance(qx, qy, qz, bx1, j, grow)
+                if d0 < -grow or d1 < -grow:
+                    continue  # an end deep inside: the vertex projection's
+                s0 = n0x * ex + n0y * ey + n0z * ez
+                s1 = n1x * ex + n1y * ey + n1z * ez
+                if s0 >= F0 or s1 <= F0:
+                    continue
+                # Ends on opposite faces (normals 150 degrees apart or more):
+                # the edge runs through the box, and pushing its deepest
+                # point out of the nearer face would drag the far end in.
+                # Left to the vertex contacts. An edge over a thin slab's
+                # edge (top to a hanging end below the slab) stays in.
+                mx, my, mz = n0x + n1x, n0y + n1y, n0z + n1z
+                if mx * mx + my * my + mz * mz < np.float32(0.25):
+                    continue
+                # Lower bound: where the tangent lines at both ends meet.
+                ts = (d1 - s1 - d0) / (s0 - s1)
+                if d0 + ts * s0 >= F0:
+                    continue
+                lo, hi = F0, F1
+                a = hi - gr * (hi - lo)
+                b = lo + gr * (hi - lo)
+                fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
+                fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
+                for _ in range(18):
+                    if fa < fb:
+                        hi = b
+                        b, fb = a, fa
+                        a = hi - gr * (hi - lo)
+                        fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
+                    else:
+                        lo = a
+                        a, fa = b, fb
+                        b = lo + gr * (hi - lo)
+                        fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
+                t = FHALF * (lo + hi)
+                cx, cy, cz = px + t * ex, py + t * ey, pz + t * ez
+                d, nx, ny, nz = box_distance(cx, cy, cz, bx1, j, grow)
+                if d >= F0 or nx * mx + ny * my + nz * mz <= F0:
+                    continue
+                gi, gq = F1 - t, t
+                den = wi * gi * gi + wq * gq * gq
+                if den < EPS:
+                    continue
+                lim = np.float32(2.0)
+                ai = min(wi * gi / den, lim) * (-d)
+                aq = min(wq * gq / den, lim) * (-d)
+                pos[0, i], pos[1, i], pos[2, i] = px + ai * nx, py + ai * ny, pz + ai * nz
+                pos[0, q], pos[1, q], pos[2, q] = qx + aq * nx, qy + aq * ny, qz + aq * nz
+                v = box_velocity(cx, cy, cz, bx1, j)
+                if ai > F0:
+                    ccount = _record(contact, clist, ccount, i, ai, nx, ny, nz, v)
+                if aq > F0:
+                    ccount = _record(contact, clist, ccount, q, aq, nx, ny, nz, v)
+    return ccount

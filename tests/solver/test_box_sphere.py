@@ -199,3 +199,35 @@ def test_bad_boxes_are_refused_and_change_nothing():
         with pytest.raises(SolverError, match=name):
             step(model, state, StepInputs(boxes=boxes), 1 / 30, params)
         assert np.array_equal(state.positions, before)
+
+
+def _edge_points(x, triangles, samples=9):
+    """Points along every edge of the solver's triangles, (m, 3)."""
+    t3 = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
+    pairs = np.concatenate([t3[:, [0, 1]], t3[:, [1, 2]], t3[:, [2, 0]]])
+    t = np.linspace(0.0, 1.0, samples)[:, None, None]
+    return (x[pairs[:, 0]][None] * (1 - t) + x[pairs[:, 1]][None] * t).reshape(-1, 3)
+
+
+@pytest.mark.parametrize("substeps", [4, 8])
+def test_coarse_sheet_edges_stay_out_of_a_box_edge(substeps):
+    # A coarse sheet (12 cm edges) drapes over a table top: its edges
+    # across the top's edges would cut the corners by centimetres with
+    # every vertex outside. With edge contacts (the default) no point along
+    # an edge is deeper than the margin; without them they are.
+    rest, fi, fs = _sheet(nx=12, size=1.5, z=0.15)
+    c, q, half = np.zeros(3), _quat([0, 0, 1], 0.2), np.array([0.45, 0.35, 0.03])
+    boxes = Boxes(c[None], q[None], half[None])
+    depth = {}
+    for edges in (True, False):
+        params = ClothParams(substeps=substeps, edge_contacts=edges)
+        model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), np.zeros(len(rest)), params)
+        state = model.new_state()
+        for _ in range(30):
+            step(model, state, StepInputs(boxes=boxes), 1 / 30, params)
+        x = state.positions_aos().astype(np.float64)
+        assert box_sdf(x, c, q, half).min() > -params.collision_margin
+        depth[edges] = box_sdf(_edge_points(x, model.triangles), c, q, half).min()
+    margin = ClothParams().collision_margin
+    assert depth[True] > -margin
+    assert depth[False] < -2 * margin
