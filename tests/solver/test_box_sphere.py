@@ -231,3 +231,27 @@ def test_coarse_sheet_edges_stay_out_of_a_box_edge(substeps):
     margin = ClothParams().collision_margin
     assert depth[True] > -margin
     assert depth[False] < -2 * margin
+
+
+def test_coarse_sheet_edges_stay_out_of_a_small_sphere():
+    # The capsule edge contacts with a == b (a sphere): a coarse sheet
+    # (12 cm edges) over a sphere of radius 0.1 keeps its edges out of it.
+    rest, fi, fs = _sheet(nx=10, size=1.2, z=0.2)
+    c, r = np.array([0.03, -0.02, 0.0]), 0.1
+    sphere = Capsules(c[None], c[None], c[None], c[None], np.array([r]), np.array([r]))
+    depth, held = {}, {}
+    for edges in (True, False):
+        params = ClothParams(substeps=4, edge_contacts=edges)
+        model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), np.zeros(len(rest)), params)
+        state = model.new_state()
+        for _ in range(20):
+            step(model, state, StepInputs(capsules=sphere), 1 / 30, params)
+        x = state.positions_aos().astype(np.float64)
+        assert sphere_sdf(x, c, r).min() > -params.collision_margin
+        depth[edges] = sphere_sdf(_edge_points(x, model.triangles), c, r).min()
+        held[edges] = x[:, 2].max() > c[2] + r
+    margin = ClothParams().collision_margin
+    assert held[True] and depth[True] > -margin
+    # Without them the sphere cuts between the vertices: through the edges
+    # (deeper than the margin), or all the way (the sheet falls past it).
+    assert depth[False] < -margin or not held[False]
