@@ -817,7 +817,7 @@ def main(argv=None):
         log(f"rendered {len(paths)} frames and {len(close)} close-ups to {os.path.join(out, 'frames')}; contact sheet {sheet}")
 
     print_table(cloths, meter, sim_counts, bake_s, args.frames)
-    print_quality(scene, cloths, {"body": capsules, "table": table}, (skirt, overskirt))
+    print_quality(scene, cloths, {"body": capsules, "table": table, "pole": [pole]}, (skirt, overskirt))
     log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
     return 0
 
