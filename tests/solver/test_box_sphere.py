@@ -5,6 +5,7 @@ turning, over several substep counts."""
 
 import numpy as np
 import pytest
+from numba import njit
 
 import oracles
 from drape.solver import Boxes, Capsules, ClothParams, SolverError, StepInputs, build_model, step
@@ -83,16 +84,13 @@ def test_box_distance_kernel_matches_exact_sdf():
                 assert abs(box_sdf(s[None], center, q, half, radius)[0]) < 1e-4
 
 
-def _distance(p, rows):
-    from numba import njit
+@njit
+def _box_distance0(px, py, pz, b):
+    return box_mod.box_distance(px, py, pz, b, 0, np.float32(0.0))
 
-    global _DIST
-    if "_DIST" not in globals():
-        @njit
-        def dist(px, py, pz, b):
-            return box_mod.box_distance(px, py, pz, b, 0, np.float32(0.0))
-        _DIST = dist
-    return _DIST(np.float32(p[0]), np.float32(p[1]), np.float32(p[2]), rows)
+
+def _distance(p, rows):
+    return _box_distance0(np.float32(p[0]), np.float32(p[1]), np.float32(p[2]), rows)
 
 
 @pytest.mark.parametrize("substeps", [2, 5])
