@@ -24,6 +24,7 @@ from bpy.props import (
     BoolProperty,
     EnumProperty,
     FloatProperty,
+    FloatVectorProperty,
     IntProperty,
     PointerProperty,
     StringProperty,
@@ -229,6 +230,13 @@ class DrapeColliderSettings(PropertyGroup):
     length and animating/parenting the object moves the capsule. Radii are in
     the object's local units: scaled by the mean of its X and Z world scale.
     Plane: through the object's origin, normal along its local +Z.
+    A capsule's axis may run between any two local points (Axis start / Axis
+    end; "Fit to object" sets them along a mesh's longest axis); its radii
+    then scale with the mean world scale across that axis.
+    Sphere: around a local Center, its radius scaled by the mean world scale.
+    Box: an oriented box around a local Center with local Half size, its
+    edges and corners rounded by Rounding (inside the half size); it moves,
+    turns and scales with the object.
     """
 
     kind: EnumProperty(
@@ -237,6 +245,8 @@ class DrapeColliderSettings(PropertyGroup):
             ('NONE', "None", "Not a collider"),
             ('CAPSULE', "Capsule", "Segment along local +Y (length = Y scale), a radius at each end"),
             ('PLANE', "Plane", "Infinite plane through the origin, normal along local +Z"),
+            ('SPHERE', "Sphere", "Sphere around a local center (radius scaled by the mean world scale)"),
+            ('BOX', "Box", "Oriented box around a local center, optionally with rounded edges"),
         ),
         default='NONE',
     )
@@ -244,6 +254,20 @@ class DrapeColliderSettings(PropertyGroup):
                                 default=0.1, min=0.0, soft_max=1.0, subtype='DISTANCE')
     radius_end: FloatProperty(name="Radius end", description="Capsule radius at local +Y (tail)",
                               default=0.1, min=0.0, soft_max=1.0, subtype='DISTANCE')
+    axis_start: FloatVectorProperty(name="Axis start", size=3, default=(0.0, 0.0, 0.0), subtype='TRANSLATION',
+                                    description="Capsule axis start (head) in the object's local coordinates")
+    axis_end: FloatVectorProperty(name="Axis end", size=3, default=(0.0, 1.0, 0.0), subtype='TRANSLATION',
+                                  description="Capsule axis end (tail) in the object's local coordinates")
+    center: FloatVectorProperty(name="Center", size=3, default=(0.0, 0.0, 0.0), subtype='TRANSLATION',
+                                description="Sphere or box center in the object's local coordinates")
+    sphere_radius: FloatProperty(name="Radius", description="Sphere radius in local units", default=0.5,
+                                 min=0.0, soft_max=2.0, subtype='DISTANCE')
+    half_extents: FloatVectorProperty(name="Half size", size=3, default=(0.5, 0.5, 0.5), min=0.0,
+                                      subtype='XYZ_LENGTH',
+                                      description="Half the box's size along local X, Y, Z (local units)")
+    rounding: FloatProperty(name="Rounding", description="Radius of the box's rounded edges and corners "
+                            "(inside its half size; local units)", default=0.0, min=0.0, soft_max=0.5,
+                            subtype='DISTANCE')
 
 
 classes = (DrapeClothSettings, DrapeColliderSettings)

@@ -1,14 +1,68 @@
 """Collider operators: ``drape.collider_add``, ``drape.collider_remove``,
 ``drape.capsules_from_armature``."""
 
+import math
+
 import bpy
+import numpy as np
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, StringProperty
 
 from ..scene import armature, runtime
 
 
+def fit_to_mesh(obj, kind, depsgraph=None):
+    """The collider settings that fit mesh ``obj`` (as evaluated), from its
+    local bounding box: a sphere around the box's centre through the
+    farthest vertex (in world units, so a scaled object's sphere still
+    holds it), a box the bounding box itself, a capsule along the longest
+    world-scaled local axis with the mean half size of the other two as
+    radius, its ends inset by that radius so it spans the box's length.
+    Returns a dict of DrapeColliderSettings values, or raises ValueError
+    with the reason the object cannot be measured."""
+    src = obj.evaluated_get(depsgraph) if depsgraph is not None else obj
+    mesh = src.to_mesh()
+    try:
+        n = len(mesh.vertices)
+        co = np.empty(3 * n, dtype=np.float64)
+        if n:
+            mesh.vertices.foreach_get("co", co)
+    finally:
+        src.to_mesh_clear()
+    co = co.reshape(-1, 3)
+    if n == 0:
+        raise ValueError("has no vertices to measure")
+    if not np.isfinite(co).all():
+        raise ValueError("has non-finite vertex coordinates")
+    m3 = np.array(obj.matrix_world, dtype=np.float64)[:3, :3]
+    scale = np.linalg.norm(m3, axis=0)
+    lo, hi = co.min(axis=0), co.max(axis=0)
+    centre = 0.5 * (lo + hi)
+    half = 0.5 * (hi - lo)
+    world_half = half * scale
+    if world_half.max() <= 1e-9:
+        raise ValueError("has zero size (all its vertices at one point, or a zero scale)")
+    if kind == 'SPHERE':
+        r = float(np.linalg.norm((co - centre) @ m3.T, axis=1).max())
+        return {"center": tuple(centre), "sphere_radius": r / float(np.mean(scale))}
+    if kind == 'BOX':
+        if world_half.min() <= 1e-9:
+            axis = "XYZ"[int(np.argmin(world_half))]
+            raise ValueError(f"is flat along its local {axis} (a box needs a size on every axis; a Plane "
+                             "collider suits a flat object)")
+        return {"center": tuple(centre), "half_extents": tuple(half), "rounding": 0.0}
+    k = int(np.argmax(world_half))
+    others = [i for i in range(3) if i != k]
+    radius = float(np.mean(world_half[others]))
+    inset = max(world_half[k] - radius, 0.0) / scale[k]
+    a, b = centre.copy(), centre.copy()
+    a[k] -= inset
+    b[k] += inset
+    local_r = radius / float(np.mean(scale[others]))
+    return {"axis_start": tuple(a), "axis_end": tuple(b), "radius_start": local_r, "radius_end": local_r}
+
+
 class DRAPE_OT_collider_add(bpy.types.Operator):
-    """Make the selected objects capsule or plane colliders, or create a new collider Empty"""
+    """Make the selected objects capsule, sphere, box or plane colliders (fitted to a mesh's shape), or create a new collider Empty"""
 
     bl_idname = "drape.collider_add"
     bl_label = "Add Drape Collider"
@@ -17,11 +71,16 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
     type: EnumProperty(
         name="Type",
         items=(('CAPSULE', "Capsule", "Segment from the origin along local +Y (length = Y scale)"),
-               ('PLANE', "Plane", "Plane through the origin, normal along local +Z")),
+               ('PLANE', "Plane", "Plane through the origin, normal along local +Z"),
+               ('SPHERE', "Sphere", "Sphere around the object's center"),
+               ('BOX', "Box", "Oriented box, moving and turning with the object")),
         default='CAPSULE',
     )
-    radius: FloatProperty(name="Radius", description="Capsule radius at both ends", default=0.1,
-                          min=0.0, soft_max=1.0, subtype='DISTANCE')
+    radius: FloatProperty(name="Radius", description="Capsule radius at both ends, or sphere radius (on objects "
+                          "that are not fitted)", default=0.1, soft_min=0.0, soft_max=1.0, subtype='DISTANCE')
+    fit: BoolProperty(name="Fit to object", default=True,
+                      description="Size a capsule, sphere or box to each selected mesh's bounds (its longest "
+                                  "axis for a capsule) instead of the Radius along local +Y")
 
     @classmethod
     def poll(cls, context):
@@ -32,6 +91,10 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
 
     def execute(self, context):
         objs = list(context.selected_objects)
+        if not math.isfinite(self.radius) or self.radius < 0.0:
+            self.report({'ERROR'}, f"Nothing changed: Radius must be a finite value >= 0, got {self.radius:g}"
+                        + (" (for " + ", ".join(f"'{o.name}'" for o in objs) + ")" if objs else ""))
+            return {'CANCELLED'}
         cloths = [o for o in objs if runtime.is_cloth(o)]
         if cloths:
             names = ", ".join(f"'{o.name}'" for o in cloths)
@@ -40,9 +103,10 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
             self.report({'ERROR'}, f"Nothing changed: {names} {what}")
             return {'CANCELLED'}
         if not objs:
-            label = "Drape Capsule" if self.type == 'CAPSULE' else "Drape Plane"
+            label = "Drape " + self.type.capitalize()
             empty = bpy.data.objects.new(label, None)
-            empty.empty_display_type = 'SINGLE_ARROW' if self.type == 'CAPSULE' else 'PLAIN_AXES'
+            empty.empty_display_type = {'CAPSULE': 'SINGLE_ARROW', 'SPHERE': 'SPHERE', 'BOX': 'CUBE'}.get(
+                self.type, 'PLAIN_AXES')
             empty.location = context.scene.cursor.location
             context.collection.objects.link(empty)
             for o in context.selected_objects:
@@ -50,12 +114,38 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
             empty.select_set(True)
             context.view_layer.objects.active = empty
             objs = [empty]
+        # Measure every object before changing any: a bad one changes nothing.
+        fits = {}
+        if self.fit and self.type != 'PLANE':
+            depsgraph = context.evaluated_depsgraph_get()
+            for obj in objs:
+                if obj.type == 'EMPTY':
+                    continue  # nothing to measure: Radius along local +Y
+                if obj.type != 'MESH':
+                    self.report({'ERROR'}, f"Nothing changed: '{obj.name}' is a {obj.type.lower()} object, not a "
+                                "mesh: Fit to object measures a mesh's bounds; turn Fit to object off to use the "
+                                "Radius")
+                    return {'CANCELLED'}
+                try:
+                    fits[obj.name] = fit_to_mesh(obj, self.type, depsgraph)
+                except ValueError as exc:
+                    self.report({'ERROR'}, f"Nothing changed: '{obj.name}' {exc}, so Fit to object cannot "
+                                "size it; turn Fit to object off to use the Radius")
+                    return {'CANCELLED'}
         for obj in objs:
             c = obj.drape_collider
             c.kind = self.type
             if self.type == 'CAPSULE':
                 c.radius_start = c.radius_end = self.radius
-        what = "capsule" if self.type == 'CAPSULE' else "plane"
+                c.axis_start, c.axis_end = (0.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+            elif self.type == 'SPHERE':
+                c.center, c.sphere_radius = (0.0, 0.0, 0.0), self.radius
+            elif self.type == 'BOX':
+                c.center, c.rounding = (0.0, 0.0, 0.0), 0.0
+                c.half_extents = (0.5, 0.5, 0.5) if obj.type != 'EMPTY' else (obj.empty_display_size,) * 3
+            for key, value in fits.get(obj.name, {}).items():
+                setattr(c, key, value)
+        what = {'CAPSULE': "capsule", 'PLANE': "plane", 'SPHERE': "sphere", 'BOX': "box"}[self.type]
         self.report({'INFO'}, f"Drape {what} collider on " + ", ".join(f"'{o.name}'" for o in objs))
         return {'FINISHED'}
 

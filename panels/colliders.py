@@ -14,10 +14,22 @@ def _draw(self, context):
             col = layout.column(align=True)
             col.prop(c, "radius_start")
             col.prop(c, "radius_end")
-            layout.label(text="Length: the object's local Y axis (scale Y)", icon='INFO')
+            col = layout.column(align=True)
+            col.prop(c, "axis_start")
+            col.prop(c, "axis_end")
+        elif c.kind == 'SPHERE':
+            layout.prop(c, "center")
+            layout.prop(c, "sphere_radius")
+        elif c.kind == 'BOX':
+            layout.prop(c, "center")
+            layout.prop(c, "half_extents")
+            layout.prop(c, "rounding")
     row = layout.row(align=True)
     row.operator("drape.collider_add", text="Capsule", icon='MESH_CAPSULE').type = 'CAPSULE'
     row.operator("drape.collider_add", text="Plane", icon='MESH_PLANE').type = 'PLANE'
+    row = layout.row(align=True)
+    row.operator("drape.collider_add", text="Sphere", icon='MESH_UVSPHERE').type = 'SPHERE'
+    row.operator("drape.collider_add", text="Box", icon='MESH_CUBE').type = 'BOX'
     layout.operator("drape.capsules_from_armature", icon='ARMATURE_DATA')
     layout.operator("drape.collider_remove", icon='X')
 

@@ -10,6 +10,14 @@ the evaluated object (keyframes, parents, constraints, bone parents and
 Child Of on armature poses all included) and the previous frame's transform
 is kept so the solver can sweep from start to end of the step.
 
+A capsule's axis may also run between two local points (axis_start,
+axis_end); its radii then scale by the mean length of the world matrix's
+images of two local directions across that axis (X and Z for the default
++Y axis). A sphere is a capsule whose ends meet, around its local center,
+its radius scaled by the mean of the three axis lengths. A box is centred
+at its local center, turned with the object's rotation, its local half
+size scaled by the axis lengths (and its rounding by their mean).
+
 A collider the solver cannot use (a NaN radius, a transform gone non-finite)
 raises DrapeInputError naming the collider object and the setting, before
 anything is simulated.
@@ -36,14 +44,71 @@ def collider_objects(scene):
     return found
 
 
-def capsule_from_matrix(m, radius_start, radius_end):
-    """World endpoints and radii of a capsule under 4x4 matrix ``m`` (numpy)."""
-    a = m[:3, 3]
-    b = a + m[:3, 1]
-    sx = float(np.linalg.norm(m[:3, 0]))
-    sz = float(np.linalg.norm(m[:3, 2]))
-    s = 0.5 * (sx + sz)
+def capsule_from_matrix(m, radius_start, radius_end, start=(0.0, 0.0, 0.0), end=(0.0, 1.0, 0.0)):
+    """World endpoints and radii of a capsule under 4x4 matrix ``m`` (numpy),
+    its axis from local ``start`` to local ``end``."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    a = m[:3, :3] @ start + m[:3, 3]
+    b = m[:3, :3] @ end + m[:3, 3]
+    s = 0.5 * sum(float(np.linalg.norm(m[:3, :3] @ d)) for d in _across(end - start))
     return a, b, radius_start * s, radius_end * s
+
+
+def _across(d):
+    """Two local unit directions across the local axis direction d: X and Z
+    for an axis along +Y (or -Y), cyclic for the other local axes."""
+    ln = float(np.linalg.norm(d))
+    if ln < 1e-12:
+        return np.eye(3)[0], np.eye(3)[2]
+    d = d / ln
+    k = int(np.argmax(np.abs(d)))
+    if abs(abs(d[k]) - 1.0) < 1e-9:
+        return np.eye(3)[(k + 1) % 3], np.eye(3)[(k + 2) % 3]
+    helper = np.eye(3)[int(np.argmin(np.abs(d)))]
+    u = np.cross(d, helper)
+    u /= np.linalg.norm(u)
+    return u, np.cross(d, u)
+
+
+def sphere_from_matrix(m, center, radius):
+    """World centre and radius of a sphere under 4x4 matrix ``m``."""
+    c = m[:3, :3] @ np.asarray(center, dtype=np.float64) + m[:3, 3]
+    s = float(np.mean(np.linalg.norm(m[:3, :3], axis=0)))
+    return c, radius * s
+
+
+def box_from_matrix(m, center, half_extents, rounding):
+    """World centre, rotation (3x3, columns: the box's axes), half extents
+    and rounding of a box under 4x4 matrix ``m``."""
+    scale = np.linalg.norm(m[:3, :3], axis=0)
+    rot = m[:3, :3] / np.where(scale > 0, scale, 1.0)
+    c = m[:3, :3] @ np.asarray(center, dtype=np.float64) + m[:3, 3]
+    return c, rot, np.asarray(half_extents, dtype=np.float64) * scale, rounding * float(np.mean(scale))
+
+
+def _quaternion(rot):
+    """Unit quaternion (w, x, y, z) of a rotation matrix (made orthonormal
+    first: a sheared matrix keeps its nearest rotation)."""
+    u, _, vt = np.linalg.svd(rot)
+    r = u @ vt
+    if np.linalg.det(r) < 0:
+        r = u @ np.diag((1.0, 1.0, -1.0)) @ vt
+    t = np.trace(r)
+    if t > 0:
+        s = 2.0 * np.sqrt(1.0 + t)
+        q = (0.25 * s, (r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s)
+    else:
+        i = int(np.argmax(np.diag(r)))
+        j, k = (i + 1) % 3, (i + 2) % 3
+        s = 2.0 * np.sqrt(1.0 + r[i, i] - r[j, j] - r[k, k])
+        q = np.zeros(4)
+        q[0] = (r[k, j] - r[j, k]) / s
+        q[1 + i] = 0.25 * s
+        q[1 + j] = (r[j, i] + r[i, j]) / s
+        q[1 + k] = (r[k, i] + r[i, k]) / s
+    q = np.asarray(q, dtype=np.float64)
+    return q / np.linalg.norm(q)
 
 
 def plane_from_matrix(m):
@@ -56,11 +121,12 @@ def plane_from_matrix(m):
 class ColliderFrame:
     """Colliders at one instant, keyed by object name."""
 
-    __slots__ = ("capsules", "planes")
+    __slots__ = ("capsules", "planes", "boxes")
 
     def __init__(self):
-        self.capsules = {}  # name -> (a, b, ra, rb)
+        self.capsules = {}  # name -> (a, b, ra, rb); a sphere has a == b
         self.planes = {}    # name -> (point, normal)
+        self.boxes = {}     # name -> (centre, quaternion w x y z, half extents, rounding)
 
 
 def _problem(obj, message, setting=None):
@@ -79,6 +145,27 @@ def _check(obj, m, c):
                 name = c.bl_rna.properties[prop].name
                 need = "finite" if not math.isfinite(value) else ">= 0"
                 raise _problem(obj, f"{name} must be {need}, got {value:g}", setting=name)
+    if c.kind == 'CAPSULE':
+        for prop in ("axis_start", "axis_end"):
+            values = np.asarray(getattr(c, prop), dtype=np.float64)
+            if not np.isfinite(values).all():
+                name = c.bl_rna.properties[prop].name
+                raise _problem(obj, f"{name} must be finite, got {tuple(values.tolist())}", setting=name)
+    if c.kind in ('SPHERE', 'BOX'):
+        props = ("sphere_radius",) if c.kind == 'SPHERE' else ("half_extents", "rounding")
+        for prop in props + ("center",):
+            values = np.atleast_1d(np.asarray(getattr(c, prop), dtype=np.float64))
+            name = c.bl_rna.properties[prop].name
+            if not np.isfinite(values).all():
+                raise _problem(obj, f"{name} must be finite, got {tuple(values.tolist())}", setting=name)
+            if prop != "center" and values.min() < 0.0:
+                raise _problem(obj, f"{name} must be >= 0, got {tuple(values.tolist())}", setting=name)
+        if c.kind == 'BOX':
+            half = np.asarray(c.half_extents, dtype=np.float64) * np.linalg.norm(m[:3, :3], axis=0)
+            if half.min() <= 0.0:
+                name = c.bl_rna.properties["half_extents"].name
+                raise _problem(obj, f"{name} times the object's scale must be > 0 on every axis, got "
+                                    f"{tuple(np.round(half, 6).tolist())}", setting=name)
 
 
 def read(scene, depsgraph):
@@ -95,9 +182,16 @@ def read(scene, depsgraph):
         if unit != 1.0:
             m = np.diag((unit, unit, unit, 1.0)) @ m
         if c.kind == 'CAPSULE':
-            frame.capsules[obj.name] = capsule_from_matrix(m, c.radius_start, c.radius_end)
+            frame.capsules[obj.name] = capsule_from_matrix(m, c.radius_start, c.radius_end, c.axis_start,
+                                                           c.axis_end)
         elif c.kind == 'PLANE':
             frame.planes[obj.name] = plane_from_matrix(m)
+        elif c.kind == 'SPHERE':
+            centre, r = sphere_from_matrix(m, c.center, c.sphere_radius)
+            frame.capsules[obj.name] = (centre, centre.copy(), r, r)
+        elif c.kind == 'BOX':
+            centre, rot, half, rounding = box_from_matrix(m, c.center, c.half_extents, c.rounding)
+            frame.boxes[obj.name] = (centre, _quaternion(rot), half, rounding)
     return frame
 
 
@@ -113,6 +207,11 @@ def interpolate(start, end, t):
         n = n0 + (n1 - n0) * t
         n = n / max(float(np.linalg.norm(n)), 1e-12)
         out.planes[name] = (p0 + (p1 - p0) * t, n)
+    for name, (c1, q1, half, rounding) in end.boxes.items():
+        c0, q0, _, _ = start.boxes.get(name, (c1, q1, half, rounding))
+        q1 = q1 if float(np.dot(q0, q1)) >= 0 else -q1
+        q = q0 + (q1 - q0) * t
+        out.boxes[name] = (c0 + (c1 - c0) * t, q / max(float(np.linalg.norm(q)), 1e-12), half, rounding)
     return out
 
 
@@ -146,3 +245,20 @@ def solver_inputs(start, end, solver):
             p0[i], n0[i], p1[i], n1[i] = sp, sn, ep, en
         planes = solver.Planes(point0=p0, normal0=n0, point1=p1, normal1=n1)
     return capsules, planes
+
+
+def box_inputs(start, end, solver):
+    """``Boxes`` for one step from ``start`` to ``end`` (None without any); a
+    box new this frame starts where it ends."""
+    names = list(end.boxes)
+    if not names:
+        return None
+    k = len(names)
+    c0, c1 = np.empty((k, 3)), np.empty((k, 3))
+    q0, q1 = np.empty((k, 4)), np.empty((k, 4))
+    half, rounding = np.empty((k, 3)), np.empty(k)
+    for i, name in enumerate(names):
+        ec, eq, eh, er = end.boxes[name]
+        sc, sq, _, _ = start.boxes.get(name, end.boxes[name])
+        c0[i], q0[i], c1[i], q1[i], half[i], rounding[i] = sc, sq, ec, eq, eh, er
+    return solver.Boxes(center0=c0, rotation0=q0, half_extents=half, center1=c1, rotation1=q1, radius=rounding)

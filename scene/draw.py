@@ -43,6 +43,49 @@ def capsule_lines(a, b, ra, rb):
     return np.concatenate(lines).astype(np.float32)
 
 
+def sphere_lines(centre, radius, axes=np.eye(3)):
+    """Line-segment vertices of a sphere: its three great circles across
+    the columns of ``axes`` (the object's axes, so the drawing reaches the
+    sphere's extremes along them)."""
+    t = np.linspace(0.0, 2.0 * np.pi, _SEGMENTS + 1)[:, None]
+    rings = []
+    for i, j in ((0, 1), (1, 2), (2, 0)):
+        pts = centre + radius * (np.cos(t) * axes[:, i] + np.sin(t) * axes[:, j])
+        rings.append(np.repeat(pts, 2, axis=0)[1:-1])
+    return np.concatenate(rings).astype(np.float32)
+
+
+def box_lines(centre, rot, half, rounding):
+    """Line-segment vertices outlining a box (rounded edges: the flat part
+    of every face's border and a quarter arc round each edge, the shape
+    the solver collides with)."""
+    r = min(float(rounding), float(np.min(half)))
+    core = np.asarray(half, dtype=np.float64) - r
+    lines = []
+    arc = np.linspace(0.0, 0.5 * np.pi, _SEGMENTS // 4 + 1)
+    for k in range(3):  # edges along local axis k
+        i, j = (k + 1) % 3, (k + 2) % 3
+        for si in (-1.0, 1.0):
+            for sj in (-1.0, 1.0):
+                ends = []
+                for sk in (-1.0, 1.0):
+                    p = np.zeros(3)
+                    p[i], p[j], p[k] = si * core[i], sj * core[j], sk * core[k]
+                    ends.append(p)
+                for d in ((i, si), (j, sj)):
+                    off = np.zeros(3)
+                    off[d[0]] = d[1] * r
+                    lines.append(np.array((ends[0] + off, ends[1] + off)))
+                if r > 0:
+                    for end in ends:
+                        pts = np.repeat(end[None], len(arc), axis=0)
+                        pts[:, i] += si * r * np.cos(arc)
+                        pts[:, j] += sj * r * np.sin(arc)
+                        lines.append(np.repeat(pts, 2, axis=0)[1:-1])
+    local = np.concatenate(lines)
+    return (local @ np.asarray(rot).T + centre).astype(np.float32)
+
+
 def plane_lines(m):
     point, normal = colliders.plane_from_matrix(m)
     x = m[:3, 0]
@@ -64,8 +107,15 @@ def scene_lines(scene, depsgraph=None):
         m = np.array(src.matrix_world, dtype=np.float64)
         c = obj.drape_collider
         if c.kind == 'CAPSULE':
-            a, b, ra, rb = colliders.capsule_from_matrix(m, c.radius_start, c.radius_end)
+            a, b, ra, rb = colliders.capsule_from_matrix(m, c.radius_start, c.radius_end, c.axis_start,
+                                                         c.axis_end)
             chunks.append(capsule_lines(a, b, ra, rb))
+        elif c.kind == 'SPHERE':
+            centre, r = colliders.sphere_from_matrix(m, c.center, c.sphere_radius)
+            scale = np.linalg.norm(m[:3, :3], axis=0)
+            chunks.append(sphere_lines(centre, r, m[:3, :3] / np.where(scale > 0, scale, 1.0)))
+        elif c.kind == 'BOX':
+            chunks.append(box_lines(*colliders.box_from_matrix(m, c.center, c.half_extents, c.rounding)))
         elif c.kind == 'PLANE':
             chunks.append(plane_lines(m))
     if not chunks:

@@ -587,6 +587,7 @@ def _advance(sim, objs, scene, depsgraph, frame):
         capsules, planes = colliders_mod.solver_inputs(c0, c1, solver)
         inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
                                    wind_velocity=air)
+        inputs.boxes = colliders_mod.box_inputs(c0, c1, solver)
         t = time.perf_counter()
         try:
             solver.step(sim.model, sim.state, inputs, dt, prm)

@@ -21,11 +21,13 @@ from . import jit  # noqa: F401, I001
 from . import hardware  # noqa: F401, I001
 from .model import Model, State, build_model
 from .colliders import Capsules, Planes
+from .colliders.box import Boxes
 from .params import ClothParams, SolverError, StepInputs
 from .step import step
 from .topology import vertex_masses
 
 __all__ = [
+    "Boxes",
     "Capsules",
     "ClothParams",
     "Model",

@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit, types
 
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
+from .colliders.box import box_swept_contacts, interpolate_boxes, project_box_edges_into, project_boxes_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
 from .config import F0, F1, new_config
@@ -79,7 +80,7 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
          contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, surface,
-         self_contacts):
+         self_contacts, boxes, box_scratch):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -92,7 +93,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     self_contacts: None, or SelfCollision.solve_args() for this step's
     frozen self contacts (None compiles a version without them). The
     substeps' kernels allocate nothing and compile without reference counts
-    (jit.FLAT)."""
+    (jit.FLAT). boxes: packed colliders.box.Boxes (k, 21), box_scratch:
+    colliders.box.box_scratch(n, k); boxes run in run_general only."""
     cfg = config[0]
     if GENERAL:
         stretch = DistanceRecord(*stretch_arrays)
@@ -106,6 +108,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         bend = FastBendingRecord(*bend_arrays)
     tether = TetherRecord(*tether_arrays)
     cap0, cap1, plane1, box0, box1, sweep = colliders
+    bx0, bx1, baabb, bhit, bentry = box_scratch
+    use_boxes = GENERAL and boxes.shape[0] > 0
     substeps = np.uint64(cfg.substeps)
     iterations = np.uint64(cfg.iterations)
     has_contacts = caps.shape[0] + planes.shape[0] > 0
@@ -142,6 +146,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         t1 = np.float32(sub + 1) / np.float32(substeps)
         if has_contacts:
             interpolate_colliders(caps, planes, t0, t1, h * np.float32(substeps), cap0, cap1, plane1)
+        if GENERAL and use_boxes:
+            interpolate_boxes(boxes, t0, t1, h * np.float32(substeps), bx0, bx1)
         # ---- predict (with the velocities of the substep that ended)
         if GENERAL and use_wind:
             if sub > 0:
@@ -157,6 +163,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         ccount = np.int64(0)  # not a literal 0: the callees compile once
         if bad > 0:
             return bad
+        if GENERAL and use_boxes:
+            box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry, baabb)
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
@@ -199,6 +207,12 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 solve_serial(pos, prev, *self_contacts)
                 if listed:
                     count = collect_rows(pos, hit, ubox1, cand, sel)
+            if GENERAL and use_boxes:
+                ccount = project_boxes_into(pos, inv_mass, bx1, margin, cmask, cfg.coff_max, bhit, bentry, contact,
+                                            clist, ccount, baabb)
+                if cfg.use_edges != F0:
+                    ccount = project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_other,
+                                                    contact, clist, ccount, baabb)
             if has_contacts:
                 ccount = project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask,
                                                 cand, count, clist, ccount, box1, sweep[0])

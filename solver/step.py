@@ -9,6 +9,7 @@ import numpy as np
 
 from . import loop
 from .colliders import collider_scratch
+from .colliders.box import PACKED as _BOX_PACKED, box_scratch
 from .config import new_config
 from .integrate import rows_from_points
 from .jit import compiled_fast
@@ -17,6 +18,8 @@ from .params import _F32, _F64, ClothParams, SolverError
 _EMPTY_CAPS = np.zeros((0, 14), dtype=np.float32)
 _EMPTY_PLANES = np.zeros((0, 12), dtype=np.float32)
 _NO_LIST = np.zeros(0, dtype=np.uint32)
+_EMPTY_BOXES = np.zeros((0, _BOX_PACKED), dtype=np.float32)
+_NO_BOX_SCRATCH = box_scratch(0, 0)
 # Stands in for an absent acceleration or wind field: C-contiguous like the
 # real (3, n) ones, so the kernels compile once for both and the row pass
 # stays vectorised (a strided (3, 1) view of prev made it 3x slower).
@@ -137,6 +140,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
 
     # ---- validate and convert inputs (nothing is modified before this ends)
     pin_weight = targets = caps = planes = accel = wind = None
+    boxes = None
     if inputs is not None:
         if inputs.pin_weight is not None:
             pin_weight = inputs.pin_weight
@@ -150,6 +154,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             accel = _per_vertex("acceleration", inputs.acceleration, n)
         if inputs.wind_velocity is not None:
             wind = _per_vertex("wind_velocity", inputs.wind_velocity, n)
+        if getattr(inputs, "boxes", None) is not None:
+            boxes = inputs.boxes.packed()
     if pin_weight is not None:
         old = model.pin_weight
         if model.set_pin_weight(pin_weight):
@@ -188,14 +194,22 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
         if sc.count:
             self_contacts = sc.solve_args()
-    if cached.default and wind is _NO_FIELD:
+    # Box colliders run in run_general only (the default loop stays small).
+    box_scr = _NO_BOX_SCRATCH
+    if boxes is not None and boxes.shape[0] > 0:
+        box_scr = getattr(model, "_box_scratch", None)
+        if box_scr is None or box_scr[0].shape[0] != boxes.shape[0]:
+            box_scr = model._box_scratch = box_scratch(n, boxes.shape[0])
+    else:
+        boxes = _EMPTY_BOXES
+    if cached.default and wind is _NO_FIELD and boxes.shape[0] == 0:
         run, records = loop.run, cached.fast_records
     else:
         run, records = loop.run_general, cached.records
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
-                  model.soft_lam, model.surface.arrays(), self_contacts)
+                  model.soft_lam, model.surface.arrays(), self_contacts, boxes, box_scr)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:

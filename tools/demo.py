@@ -11,8 +11,8 @@ Builds a scene from real parts with bpy, the way an artist's script would:
   with each other as one cloth-cloth group, the overskirt ordered outside
   (see main());
 - a flag on a pole in a Wind force field;
-- a tablecloth dropped onto a table (a row of capsules under a box) and the
-  ground (a plane collider);
+- a tablecloth dropped onto a table (a box collider fitted to its top and one
+  to each leg by ``drape.collider_add``) and the ground (a plane collider);
 
 then bakes every cloth with ``drape.bake`` (shape keys, PC2 and Alembic, one
 target per object), saves ``out/demo.blend``, renders a short frame sequence
@@ -342,9 +342,9 @@ def add_flag(location=(3.4, -1.0, 0.0)):
 
 
 def add_table(location=(-2.6, -0.6, 0.0), size=(1.2, 0.8), height=0.75):
-    """A table (box top, four legs) and a cloth dropped over it. The Drape collider
-    for the top is a row of overlapping capsules (Drape collides with capsules and
-    planes); they are hidden from renders."""
+    """A table (box top, four legs) and a cloth dropped over it; returns the
+    cloth and the table's parts (made box colliders fitted to their meshes by
+    main())."""
     import bpy
     x, y, z = location
     sx, sy = size
@@ -354,6 +354,7 @@ def add_table(location=(-2.6, -0.6, 0.0), size=(1.2, 0.8), height=0.75):
     top.scale = (sx, sy, 0.05)
     wood = material("Wood", (0.45, 0.28, 0.15))
     top.data.materials.append(wood)
+    parts = [top]
     for i, (dx, dy) in enumerate(((1, 1), (1, -1), (-1, 1), (-1, -1))):
         bpy.ops.mesh.primitive_cube_add(size=1.0, location=(x + dx * (sx / 2 - 0.06), y + dy * (sy / 2 - 0.06),
                                                             z + (height - 0.05) / 2))
@@ -361,28 +362,13 @@ def add_table(location=(-2.6, -0.6, 0.0), size=(1.2, 0.8), height=0.75):
         leg.name = f"TableLeg{i}"
         leg.scale = (0.05, 0.05, height - 0.05)
         leg.data.materials.append(wood)
-    slats = []
-    radius, spacing = 0.05, 0.035
-    n = int(math.ceil(sy / spacing)) + 1
-    # The capsules' envelope dips by r - sqrt(r^2 - (spacing/2)^2) (3 mm) between
-    # slats: lift them so the dips stay above the visible top.
-    lift = radius - math.sqrt(radius ** 2 - (spacing / 2) ** 2) + 0.002
-    for k in range(n):
-        yy = y - sy / 2 + sy * k / (n - 1)
-        empty = bpy.data.objects.new(f"TableSlat{k:02d}", None)
-        bpy.context.scene.collection.objects.link(empty)
-        # A capsule runs along local +Y with length = Y scale: point it along world X.
-        empty.location = (x - sx / 2 + radius, yy, z + height - radius + lift)
-        empty.rotation_euler = (0.0, 0.0, math.radians(-90.0))
-        empty.scale = (1.0, sx - 2 * radius, 1.0)
-        empty.hide_render = True
-        slats.append(empty)
+        parts.append(leg)
     side = 2.3
     me, _ = grid_mesh("Tablecloth", 110, 110, (x - side / 2, y - side / 2 + 0.25, z + height + 0.18),
                       (side, 0.0, 0.0), (0.0, side, 0.0))
     cloth = new_object("Tablecloth", me)
     cloth.data.materials.append(material("Tablecloth", (0.92, 0.92, 0.88)))
-    return cloth, slats
+    return cloth, parts
 
 
 def add_ground(size=14.0):
@@ -512,8 +498,7 @@ def make_capsules(rig):
     _select_only([rig])
     _run_op(bpy.ops.drape.capsules_from_armature)
     return [o for o in bpy.context.scene.objects
-            if o.drape_collider.kind == "CAPSULE" and o.name not in ("FlagPole",)
-            and not o.name.startswith("TableSlat")]
+            if o.drape_collider.kind == "CAPSULE" and o.name not in ("FlagPole",)]
 
 
 def make_cloth(obj, pin_group="", **settings):
@@ -581,19 +566,117 @@ def _world_mesh(obj, depsgraph):
     return co.reshape(-1, 3) @ m[:3, :3].T + m[:3, 3], fi, fs
 
 
-def print_quality(scene, cloths, capsules, layers):
-    """The baked result checked with benchmarks/quality.py (written apart from the
-    solver) at the last frame: edge strain against the rest mesh, vertices deeper than
-    1 mm inside a body capsule, intersecting triangle pairs (exact test), and
-    between the two skirt layers."""
+def capsule_surface(a, b, ra, rb, segments=48, rings=12):
+    """A closed triangle mesh (verts, tris) of a capsule's surface (a sphere
+    when a == b), its vertices on the surface: the penetration oracle's
+    stand-in for a shape with no mesh of its own."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    axis = b - a
+    ln = float(np.linalg.norm(axis))
+    w = axis / ln if ln > 1e-12 else np.array((0.0, 0.0, 1.0))
+    helper = np.array((1.0, 0.0, 0.0)) if abs(w[0]) < 0.9 else np.array((0.0, 1.0, 0.0))
+    u = np.cross(w, helper)
+    u /= np.linalg.norm(u)
+    v = np.cross(w, u)
+    # Rings: a hemisphere at a (latitudes -90..0), one at b (0..90).
+    lat = np.concatenate([np.linspace(-np.pi / 2, 0, rings + 1), np.linspace(0, np.pi / 2, rings + 1)])
+    centre = [a] * (rings + 1) + [b] * (rings + 1)
+    radius = [ra] * (rings + 1) + [rb] * (rings + 1)
+    t = np.linspace(0, 2 * np.pi, segments, endpoint=False)
+    ring_dirs = np.cos(t)[:, None] * u + np.sin(t)[:, None] * v
+    verts = np.concatenate([c + r * (np.cos(phi) * ring_dirs + np.sin(phi) * w)
+                            for c, r, phi in zip(centre, radius, lat)])
+    tris = []
+    for k in range(len(lat) - 1):
+        for j in range(segments):
+            p, q = k * segments + j, k * segments + (j + 1) % segments
+            tris += [(p, q, q + segments), (p, q + segments, p + segments)]
+    return verts, np.array(tris)
+
+
+def box_surface(centre, q, half):
+    """The 12 triangles of an oriented box (rounding ignored: the mesh holds
+    the rounded box, so the oracle errs towards fewer penetrations there)."""
+    w, x, y, z = q
+    rot = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                    [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                    [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+    corners = np.array([(sx, sy, sz) for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
+    verts = (corners * half) @ rot.T + centre
+    quads = [(0, 1, 3, 2), (4, 6, 7, 5), (0, 4, 5, 1), (2, 3, 7, 6), (0, 2, 6, 4), (1, 5, 7, 3)]
+    return verts, np.array([t for a, b, c, d in quads for t in ((a, b, c), (a, c, d))])
+
+
+def collider_surfaces(scene, depsgraph, objects):
+    """World-space surface meshes (verts, tris, closed) of colliders as the
+    solver receives them (scene.colliders.read): tessellated capsules and
+    spheres, boxes; a collider with its own mesh kind would give its
+    evaluated triangles here."""
+    from drape.scene import colliders as colliders_mod
+    frame = colliders_mod.read(scene, depsgraph)
+    out = []
+    for obj in objects:
+        if obj.name in frame.capsules:
+            out.append((*capsule_surface(*frame.capsules[obj.name]), True))
+        elif obj.name in frame.boxes:
+            c, q, half, _ = frame.boxes[obj.name]
+            out.append((*box_surface(c, q, half), True))
+    return out
+
+
+def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
+    """How many points lie deeper than `tolerance` inside a collider's
+    surface mesh: the distance to it from mathutils.bvhtree (Blender's own
+    nearest-point query), inside or outside by the parity of a ray's
+    crossings for a closed mesh (an open one counts the points behind its
+    nearest face's normal). Independent of the solver's distance kernels."""
+    from mathutils import Vector
+    from mathutils.bvhtree import BVHTree
+    lo, hi = verts.min(axis=0) - tolerance, verts.max(axis=0) + tolerance
+    near = np.nonzero(np.all((points >= lo) & (points <= hi), axis=1))[0]
+    if not len(near):
+        return 0
+    tree = BVHTree.FromPolygons([tuple(v) for v in verts], [tuple(int(i) for i in t) for t in tris],
+                                epsilon=0.0)
+    direction = Vector((0.5773, 0.5774, 0.5773)).normalized()
+    reach = float(np.linalg.norm(hi - lo)) + 1.0
+    count = 0
+    for i in near:
+        p = Vector(points[i])
+        hit, normal, _, dist = tree.find_nearest(p)
+        if hit is None or dist <= tolerance:
+            continue
+        if closed:
+            crossings, origin, left = 0, p, reach
+            while left > 0:
+                loc, _, _, d = tree.ray_cast(origin, direction, left)
+                if loc is None:
+                    break
+                crossings += 1
+                # Past the hit by more than float32 rounding at scene scale.
+                origin = loc + direction * 1e-5
+                left -= d + 1e-5
+            inside = crossings % 2 == 1
+        else:
+            inside = (p - hit).dot(normal) < 0
+        count += int(inside)
+    return count
+
+
+def print_quality(scene, cloths, colliders, layers):
+    """The baked result checked at the last frame with benchmarks/quality.py
+    (written apart from the solver): edge strain against the rest mesh,
+    intersecting triangle pairs (exact test), and between the two skirt
+    layers; and the vertices deeper than 1 mm inside each group of
+    `colliders` ({label: objects}), by distance to the colliders' surface
+    meshes (penetrating)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import quality as Q
-    from drape.scene import colliders as colliders_mod
     scene.frame_set(scene.frame_end)
     dg = __import__("bpy").context.evaluated_depsgraph_get()
-    caps = colliders_mod.read(scene, dg).capsules
-    body = [caps[o.name] for o in capsules if o.name in caps]
-    print(f"quality at frame {scene.frame_end} (benchmarks/quality.py):")
+    surfaces = {label: collider_surfaces(scene, dg, objs) for label, objs in colliders.items()}
+    print(f"quality at frame {scene.frame_end} (benchmarks/quality.py; collider penetration by "
+          "mathutils.bvhtree distance and ray parity):")
     meshes = {}
     for obj in cloths:
         x, fi, fs = _world_mesh(obj, dg)
@@ -603,11 +686,13 @@ def print_quality(scene, cloths, capsules, layers):
         edges = Q.polygon_edges(fi, fs)
         strain = Q.edge_strain(x, edges, Q.rest_lengths(rest.reshape(-1, 3), edges)
                                * float(np.mean(np.linalg.norm(np.array(obj.matrix_world)[:3, :3], axis=0))))
-        inside = sum(Q.inside_capsule(x, a, b, ra, radius_b=rb) for a, b, ra, rb in body)
+        inside = {label: sum(penetrating(x, *surf) for surf in group) for label, group in surfaces.items()}
         tris = Q.triangulate(fi, fs)
         meshes[obj.name] = (x, tris)
+        where = ", ".join(f"{label} {n}" for label, n in inside.items())
         print(f"  {obj.name:11s} edge strain mean {strain.mean():+.4f} max {strain.max():.3f}; "
-              f"vertices inside body capsules {inside}; intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
+              f"vertices inside colliders {sum(inside.values())} ({where}); "
+              f"intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
     a, b = layers
     crossing, _, _ = Q.crossings_between(*meshes[a.name], *meshes[b.name])
     print(f"  {a.name} x {b.name}: intersecting triangle pairs between the layers {crossing}")
@@ -678,10 +763,10 @@ def main(argv=None):
         overskirt.drape.layer = 1
     flag, pole, wind = add_flag()
     make_cloth(flag, "hoist", substeps=4, areal_density=0.12)
-    tablecloth, slats = add_table()
-    for s in slats:
-        s.drape_collider.kind = "CAPSULE"
-        s.drape_collider.radius_start = s.drape_collider.radius_end = 0.05
+    tablecloth, table = add_table()
+    # Box colliders fitted to the table's top and legs (their local bounds).
+    _select_only(table)
+    _run_op(bpy.ops.drape.collider_add, type="BOX")
     # A dense tablecloth (12k vertices) simulated on an automatic 3,000-vertex simplification.
     # 12 substeps: at fewer the cloth draped over the table's edge settles
     # stretched there (the solve's convergence, not friction; compare with
@@ -732,7 +817,7 @@ def main(argv=None):
         log(f"rendered {len(paths)} frames and {len(close)} close-ups to {os.path.join(out, 'frames')}; contact sheet {sheet}")
 
     print_table(cloths, meter, sim_counts, bake_s, args.frames)
-    print_quality(scene, cloths, capsules, (skirt, overskirt))
+    print_quality(scene, cloths, {"body": capsules, "table": table, "pole": [pole]}, (skirt, overskirt))
     log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
     return 0
 

@@ -1,4 +1,4 @@
-"""Colliders, one module per kind (capsule.py, plane.py), and what they
+"""Colliders, one module per kind (capsule.py, plane.py, box.py), and what they
 share: their motion over the substeps (interpolate_colliders), the one
 projection pass over every kind (project_colliders_into: capsules, swept
 entry planes, then half-spaces, fused into one load and store per vertex)
@@ -7,6 +7,8 @@ and velocity-level friction for the vertices they pushed.
 A new kind: its module (a record the caller fills and packs, its distance
 function), its rows in collider_scratch and interpolate_colliders, its pass
 in project_colliders_into, and a field of StepInputs (params.py).
+Boxes (box.py), off by default, keep their rows and passes in their own
+module and run in loop.run_general only (step.py picks it when there are any).
 """
 
 import numpy as np
