@@ -34,6 +34,9 @@ from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bendin
 from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_distance, solve_distance_fast,
                                    solve_distance_fast4)
 from .constraints.pins import solve_soft_pins
+from .constraints.pressure import PressureRecord, solve_pressure
+from .constraints.sewing import SewingRecord, solve_sewing
+from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
 from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
 from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
                         update_velocities, vertex_lists)
@@ -78,8 +81,8 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
-         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, surface,
-         self_contacts):
+         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, sewing_arrays,
+         pressure_arrays, skinned_arrays, soft_lam, surface, self_contacts):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -105,6 +108,14 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         limits = FastDistanceRecord(*limits_arrays)
         bend = FastBendingRecord(*bend_arrays)
     tether = TetherRecord(*tether_arrays)
+    # Garment constraints (constraints/sewing, pressure, skinned): empty
+    # arrays when off; only run_general solves them.
+    sew = SewingRecord(*sewing_arrays)
+    pressure = PressureRecord(*pressure_arrays)
+    skinned = SkinnedRecord(*skinned_arrays)
+    use_sewing = GENERAL and sew.ab.shape[0] > 0
+    use_pressure = GENERAL and pressure.w.shape[0] > 0
+    use_skinned = GENERAL and skinned.vertex.shape[0] > 0
     cap0, cap1, plane1, box0, box1, sweep = colliders
     substeps = np.uint64(cfg.substeps)
     iterations = np.uint64(cfg.iterations)
@@ -130,6 +141,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # theirs, when there are any).
     listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
               and (fast_tethers or not use_tethers))
+    if GENERAL and (use_sewing or use_pressure):
+        listed = False
     # The edge and face passes visit the vertices within edge_reach of the
     # capsules' boxes: the list grows by it.
     use_edges = cfg.use_edges != F0 and caps.shape[0] > 0
@@ -137,6 +150,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     edge_start, edge_other, tri_start, tri_list, tri_stamp = surface
     ccount = np.int64(0)  # not a literal 0: the callees compile once
     bad = 0
+    if GENERAL and use_skinned and skinned.coef[1] > F0:
+        animated_normals(pin_end, tris, skinned.normal)   # the backstop's, at step end
     for sub in range(substeps):
         t0 = np.float32(sub) / np.float32(substeps)
         t1 = np.float32(sub + 1) / np.float32(substeps)
@@ -194,6 +209,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                               cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)
             if soft.shape[0] > 0:
                 solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
+            if GENERAL and use_sewing:
+                solve_sewing(pos, sew.ab, sew.w, sew.coef)
+            if GENERAL and use_pressure:
+                solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
             # ---- self contacts, then the colliders
             if self_contacts is not None:
                 solve_serial(pos, prev, *self_contacts)
@@ -215,6 +234,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # pushes in the first.
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
+            # ---- skinned constraints last: they hold exactly
+            if GENERAL and use_skinned:
+                solve_skinned(pos, skinned.vertex, skinned.radius, skinned.backstop, skinned.normal, skinned.coef,
+                              pin_start, pin_end, t1)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 
