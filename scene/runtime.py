@@ -51,6 +51,7 @@ from bpy.app.handlers import persistent
 
 from . import colliders as colliders_mod
 from . import compat, meshdata, params, warmup, wind, writeback
+from . import garment
 from .meshdata import DrapeInputError
 
 # Playback that skips more frames than this does not catch up step by step.
@@ -450,6 +451,7 @@ def _build_checked(objs, scene, depsgraph, solver):
         pin_w = np.concatenate([p[5] for p in parts])
         region = np.concatenate([np.full(m.stop - m.start, i, np.int32) for i, m in enumerate(members)])
     sim.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm, region=region)
+    garment.apply(sim.model, objs, members, depsgraph)   # stitches, garment groups, UVs
     if lead.self_collision or len(parts) > 1:
         from ..solver.selfcollision import SelfCollision
 

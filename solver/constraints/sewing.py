@@ -136,3 +136,47 @@ def solve_sewing(pos, ab, w, coef):
         px[ib] -= wb * s * dx
         py[ib] -= wb * s * dy
         pz[ib] -= wb * s * dz
+
+
+def _params(points, closed):
+    """Normalised arc-length parameter (0..1) of each point of a chain."""
+    p = np.asarray(points, dtype=np.float64)
+    seg = np.linalg.norm(np.diff(p, axis=0), axis=1)
+    total = seg.sum() + (np.linalg.norm(p[0] - p[-1]) if closed else 0.0)
+    t = np.concatenate([[0.0], np.cumsum(seg)])
+    return t / total if total > 0 else np.linspace(0.0, 1.0, len(p))
+
+
+def _nearest(t_from, t_to, closed):
+    d = np.abs(t_from[:, None] - t_to[None, :])
+    if closed:
+        d = np.minimum(d, 1.0 - d)
+    return np.argmin(d, axis=1)
+
+
+def pair_loops(points_a, points_b, closed=False):
+    """Stitches between two border chains given in order along themselves,
+    (k, 3) and (l, 3) positions, any counts: (m, 2) int64 pairs (index in a,
+    index in b). B is turned (and, closed, rotated) to run alongside A; each
+    vertex of both chains gets at least one stitch, to the vertex of the
+    other at the nearest fraction of its length (a zipper)."""
+    a = np.asarray(points_a, dtype=np.float64)
+    b = np.asarray(points_b, dtype=np.float64)
+    if len(a) < 1 or len(b) < 1:
+        raise SolverError("each edge loop to sew needs at least one vertex")
+    best = None
+    starts = range(len(b)) if closed else [0]
+    for flip in (False, True):
+        order = np.arange(len(b))[::-1] if flip else np.arange(len(b))
+        for s in starts:
+            o = np.roll(order, -s)
+            ta, tb = _params(a, closed), _params(b[o], closed)
+            ia = np.arange(len(a))
+            ib = _nearest(ta, tb, closed)
+            jb = np.arange(len(b))
+            ja = _nearest(tb, ta, closed)
+            pairs = np.unique(np.concatenate([np.stack([ia, o[ib]], 1), np.stack([ja, o[jb]], 1)]), axis=0)
+            cost = np.linalg.norm(a[pairs[:, 0]] - b[pairs[:, 1]], axis=1).sum()
+            if best is None or cost < best[0]:
+                best = (cost, pairs)
+    return best[1].astype(np.int64)
