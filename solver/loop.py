@@ -35,7 +35,7 @@ from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_dis
                                    solve_distance_fast4)
 from .constraints.pins import solve_soft_pins
 from .constraints.pressure import PressureRecord, solve_pressure
-from .constraints.sewing import SewingRecord, solve_sewing
+from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
 from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
 from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
 from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
@@ -141,7 +141,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # theirs, when there are any).
     listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
               and (fast_tethers or not use_tethers))
-    if GENERAL and (use_sewing or use_pressure):
+    if GENERAL and use_pressure:
         listed = False
     # The edge and face passes visit the vertices within edge_reach of the
     # capsules' boxes: the list grows by it.
@@ -190,6 +190,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
                 if cfg.use_limits != F0:
                     solve_distance_fast(pos, limits.ab, limits.coef, True)
+                if use_sewing:
+                    solve_sewing(pos, sew.ab, sew.w, sew.coef)
             else:
                 to_aos4(pos, p4)
                 solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
@@ -200,19 +202,23 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if fast_tethers:
                     solve_tethers_fast4(p4, tether.vertex_rec, tether.anchor_rec, tether.length, tether.coef,
                                         cfg.tether_scale)
+                # Sewing on the records too, before they are read back: the
+                # list of vertices near the capsules sees its moves.
+                if GENERAL and use_sewing:
+                    solve_sewing4(p4, sew.ab_rec, sew.w, sew.coef)
                 if listed and self_contacts is None:
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
                 else:
                     from_aos4(p4, pos)
+            if GENERAL and use_pressure:
+                # On the rows (a pass over the triangles' records was slower),
+                # so the projection visits every vertex (listed is off).
+                solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
             if use_tethers and not fast_tethers:
                 solve_tethers(pos, prev, tether.vertex, tether.anchor, tether.length, tether.w,
                               cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)
             if soft.shape[0] > 0:
                 solve_soft_pins(pos, soft, soft_alpha, soft_lam, inv_mass, pin_start, pin_end, t1, use_lambda)
-            if GENERAL and use_sewing:
-                solve_sewing(pos, sew.ab, sew.w, sew.coef)
-            if GENERAL and use_pressure:
-                solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
             # ---- self contacts, then the colliders
             if self_contacts is not None:
                 solve_serial(pos, prev, *self_contacts)

@@ -23,8 +23,9 @@ from ..jit import KERNEL as JIT
 from ..params import SolverError
 
 # ab: flat index pairs (2m,); w: their inverse masses (2m,); coef: alpha~,
-# largest multiplier per substep (F h^2, 0 = unlimited).
-SewingRecord = namedtuple("SewingRecord", "ab w coef")
+# largest multiplier per substep (F h^2, 0 = unlimited); ab_rec: the pairs
+# as offsets of integrate.to_aos4's records (4 x index), for solve_sewing4.
+SewingRecord = namedtuple("SewingRecord", "ab w coef ab_rec")
 
 
 def panels(n, face_indices, face_sizes):
@@ -80,6 +81,7 @@ class SewingConstraints:
             pairs = pairs[order]
         self.pairs = pairs
         self.ab = as_u32(pairs.reshape(-1))
+        self.ab_rec = as_u32(pairs.reshape(-1) * 4)
         self.w = np.zeros(2 * len(pairs), dtype=np.float32)
         self.coef = np.zeros(2, dtype=np.float32)
 
@@ -90,7 +92,7 @@ class SewingConstraints:
         self.w[:] = inv_mass[self.ab] if len(self.ab) else 0.0
 
     def packed(self):
-        return SewingRecord(self.ab, self.w, self.coef)
+        return SewingRecord(self.ab, self.w, self.coef, self.ab_rec)
 
     def prepare(self, c, inv_h2):
         """(record, record): the same arrays for both loops."""
@@ -136,6 +138,37 @@ def solve_sewing(pos, ab, w, coef):
         px[ib] -= wb * s * dx
         py[ib] -= wb * s * dy
         pz[ib] -= wb * s * dz
+
+
+@njit(**JIT)
+def solve_sewing4(p4, ab_rec, w, coef):
+    """solve_sewing on x, y, z, 0 records (integrate.to_aos4)."""
+    alpha = coef[0]
+    cap = coef[1]
+    m = ab_rec.shape[0] // 2
+    for i in range(m):
+        ia = np.uint64(ab_rec[2 * i])
+        ib = np.uint64(ab_rec[2 * i + 1])
+        wa = w[2 * i]
+        wb = w[2 * i + 1]
+        wsum = wa + wb
+        dx = p4[ib] - p4[ia]
+        dy = p4[ib + 1] - p4[ia + 1]
+        dz = p4[ib + 2] - p4[ia + 2]
+        d2 = dx * dx + dy * dy + dz * dz
+        if d2 < EPS * EPS or wsum == F0:
+            continue
+        dist = np.sqrt(d2)
+        dl = dist / (wsum + alpha)
+        if cap > F0 and dl > cap:
+            dl = cap
+        s = dl / dist
+        p4[ia] += wa * s * dx
+        p4[ia + 1] += wa * s * dy
+        p4[ia + 2] += wa * s * dz
+        p4[ib] -= wb * s * dx
+        p4[ib + 1] -= wb * s * dy
+        p4[ib + 2] -= wb * s * dz
 
 
 def _params(points, closed):

@@ -374,3 +374,38 @@ def test_negative_radii_are_refused():
     for bad in (dict(max_distance=-0.1), dict(backstop_radius=-1.0), dict(backstop_distance=float("nan"))):
         with pytest.raises(SolverError, match=next(iter(bad))):
             ClothParams(**bad).validate()
+
+
+# ---------------------------------------------------------------- pairing loops
+
+def test_pair_loops_matches_equal_chains_even_when_one_runs_backwards():
+    from drape.solver.constraints.sewing import pair_loops
+
+    a = np.stack([np.linspace(0, 1, 6), np.zeros(6), np.zeros(6)], 1)
+    b = a[::-1] + [0.0, 0.3, 0.0]
+    pairs = pair_loops(a, b)
+    assert len(pairs) == 6
+    np.testing.assert_allclose(a[pairs[:, 0], 0], b[pairs[:, 1], 0])
+
+
+@pytest.mark.parametrize("k,l", [(5, 9), (9, 5), (4, 13)])
+def test_pair_loops_of_different_counts_stitch_every_vertex_to_the_nearest_fraction(k, l):
+    from drape.solver.constraints.sewing import pair_loops
+
+    a = np.stack([np.linspace(0, 1, k), np.zeros(k), np.zeros(k)], 1)
+    b = np.stack([np.linspace(0, 1, l), np.full(l, 0.2), np.zeros(l)], 1)
+    pairs = pair_loops(a, b)
+    assert set(pairs[:, 0]) == set(range(k)) and set(pairs[:, 1]) == set(range(l))
+    # Along the seam no stitch runs farther than half the coarser spacing.
+    assert np.abs(a[pairs[:, 0], 0] - b[pairs[:, 1], 0]).max() <= 0.5 / (min(k, l) - 1) + 1e-9
+
+
+def test_pair_loops_turns_and_rotates_a_closed_loop_onto_the_other():
+    from drape.solver.constraints.sewing import pair_loops
+
+    t = np.linspace(0, 2 * np.pi, 12, endpoint=False)
+    a = np.stack([np.cos(t), np.sin(t), np.zeros(12)], 1)
+    b = np.roll(a[::-1], 5, axis=0) + [0.0, 0.0, 0.5]
+    pairs = pair_loops(a, b, closed=True)
+    assert len(pairs) == 12
+    np.testing.assert_allclose(a[pairs[:, 0], :2], b[pairs[:, 1], :2], atol=1e-12)
