@@ -217,3 +217,16 @@ def test_max_distance_holds_every_frame_while_the_object_moves_fast(empty_scene)
         free_lag = max(free_lag, d[free].max())
     assert not [t for icon, t in runtime.messages(obj) if icon == 'ERROR']
     assert free_lag > 2 * r
+
+
+def test_garment_settings_warm_up_the_general_step(empty_scene):
+    from drape.scene import warmup
+
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=2, y_subdivisions=2)
+    obj = bpy.context.active_object
+    assert "general" not in warmup.needed([obj], empty_scene)
+    for prop, value in (("use_sewing", True), ("use_pressure", True), ("max_distance", 0.1),
+                        ("backstop_radius", 0.2)):
+        setattr(obj.drape, prop, value)
+        assert "general" in warmup.needed([obj], empty_scene), prop
+        obj.drape.property_unset(prop)

@@ -409,3 +409,22 @@ def test_pair_loops_turns_and_rotates_a_closed_loop_onto_the_other():
     pairs = pair_loops(a, b, closed=True)
     assert len(pairs) == 12
     np.testing.assert_allclose(a[pairs[:, 0], :2], b[pairs[:, 1], :2], atol=1e-12)
+
+
+@pytest.mark.parametrize("target", [0.97, 1.03])
+def test_one_pressure_update_moves_only_weighted_vertices_and_reaches_the_target(target):
+    from drape.solver.constraints.pressure import solve_pressure
+
+    rest, fi, fs = _cube(8)
+    model = _model(rest, fi, fs, ClothParams())
+    weight = (rest[:, 2] > 0).astype(np.float32)   # the top half only
+    model.set_garment_weights(pressure=weight)
+    p = model.pressure
+    coef = np.array([target * p.rest_volume, 0.0], np.float32)
+    pos = np.ascontiguousarray(rest.T, np.float32)
+    solve_pressure(pos, p.tris, p.w_active, p.grad, coef)
+    x = pos.T.astype(np.float64)
+    assert np.array_equal(x[weight == 0], rest[weight == 0].astype(np.float32))
+    assert np.all(np.linalg.norm(x[weight > 0] - rest[weight > 0], axis=1) > 0)
+    # A linearised update: the volume error left is second order in the step.
+    assert abs(_volume(x, fi, fs) - target) < 0.1 * abs(target - 1.0)
