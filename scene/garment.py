@@ -4,7 +4,11 @@ in the stack and handed to the solver model when the simulation starts.
 
 Loose edges (in no polygon) are the sewing stitches, Blender's convention;
 the UV map gives warp (U) and weft (V); vertex groups scale shrink,
-stiffness, pressure, max distance and backstop. Group weights are read once
+stiffness, pressure, max distance and backstop. On a proxy or automatic sim
+mesh the groups are the dense mesh's, read at the coarse vertices as its pin
+weights are, and with max distance or a backstop every coarse vertex takes
+the dense mesh's animated surface as its target (stitches and UVs need the
+simulated mesh itself). Group weights are read once
 per build (Blender has no bulk read of vertex weights: one pass over the
 vertices), so repainting takes effect at the next reset.
 """
@@ -31,14 +35,17 @@ def uses_uv(settings):
 
 
 def active(settings):
-    """True when some garment setting needs the mesh's loose edges, groups or UVs."""
-    return bool(settings.use_sewing or uses_uv(settings) or any(getattr(settings, g) for g, _w, _l in GROUPS))
+    """True when some garment setting needs the mesh's loose edges, groups or
+    UVs, or (a proxy or automatic sim mesh) the dense mesh as every vertex's target."""
+    return bool(settings.use_sewing or uses_uv(settings) or any(getattr(settings, g) for g, _w, _l in GROUPS)
+                or (settings.sim_source != 'SELF' and (settings.max_distance > 0 or settings.backstop_radius > 0)))
 
 
 def rebuild_key(settings):
     """What needs a new model when it changes (params.rebuild_key adds it)."""
-    return (settings.use_sewing, settings.uv_map, uses_uv(settings)) + tuple(getattr(settings, g)
-                                                                             for g, _w, _l in GROUPS)
+    skinned = settings.sim_source != 'SELF' and (settings.max_distance > 0 or settings.backstop_radius > 0)
+    return (settings.use_sewing, settings.uv_map, uses_uv(settings), skinned) + tuple(
+        getattr(settings, g) for g, _w, _l in GROUPS)
 
 
 def loose_edges(mesh):
@@ -126,14 +133,13 @@ def apply(model, objs, members, depsgraph):
             uvs.append(None)
             continue
         if m.source != 'SELF':
-            raise DrapeInputError(f"'{obj.name}': garment settings (sewing, shrink, painted stiffness, warp and "
-                                  f"weft, pressure and skinned groups) need Sim Mesh > Simulate: This mesh",
-                                  name=obj.name, setting="Sim Mesh > Simulate")
-        with meshdata.at_drape_point(obj, depsgraph) as mesh:
-            if len(mesh.vertices) != m.stop - m.start:
-                raise DrapeInputError(f"'{obj.name}': its garment data could not be read at the Drape "
-                                      f"modifier", name=obj.name)
-            s, w, uv = _read(obj, mesh, settings)
+            s, w, uv = _read_coarse(obj, m, settings, depsgraph)
+        else:
+            with meshdata.at_drape_point(obj, depsgraph) as mesh:
+                if len(mesh.vertices) != m.stop - m.start:
+                    raise DrapeInputError(f"'{obj.name}': its garment data could not be read at the Drape "
+                                          f"modifier", name=obj.name)
+                s, w, uv = _read(obj, mesh, settings)
         if s is not None:
             stitches.append(s + m.start)
         for key, values in w.items():
@@ -158,6 +164,23 @@ def apply(model, objs, members, depsgraph):
             model.set_garment_weights(**weights)
     except SolverError as exc:
         raise _error(objs[0], "Garment", exc) from exc
+
+
+def _read_coarse(obj, member, settings, depsgraph):
+    """A proxy's or automatic sim mesh's garment data: the dense mesh's group
+    weights at the coarse vertices (as its pin weights are); stitches and UVs
+    belong to the mesh that is simulated, so they need This mesh."""
+    from . import meshdata
+    from .runtime import _interpolate
+
+    if settings.use_sewing or uses_uv(settings):
+        what = "Sewing" if settings.use_sewing else "warp and weft"
+        raise DrapeInputError(f"'{obj.name}': Garment > {what} needs Sim Mesh > Simulate: This mesh (stitches and "
+                              f"UVs belong to the simulated mesh)", name=obj.name, setting="Sim Mesh > Simulate")
+    with meshdata.at_drape_point(obj, depsgraph) as mesh:
+        _s, dense, _uv = _read(obj, mesh, settings)
+    member.track_all = bool(settings.max_distance > 0 or settings.backstop_radius > 0)
+    return None, {k: _interpolate(member, v) for k, v in dense.items()}, None
 
 
 def _corners(obj, depsgraph):

@@ -230,3 +230,55 @@ def test_garment_settings_warm_up_the_general_step(empty_scene):
         setattr(obj.drape, prop, value)
         assert "general" in warmup.needed([obj], empty_scene), prop
         obj.drape.property_unset(prop)
+
+
+def test_max_distance_holds_on_a_proxy_sim_mesh_around_the_dense_animation(empty_scene):
+    scene = empty_scene
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=16, y_subdivisions=16, size=1.0)
+    dense = bpy.context.active_object
+    dense.name = "Dense"
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=4, y_subdivisions=4, size=1.0)
+    proxy = bpy.context.active_object
+    proxy.name = "Proxy"
+    proxy.hide_viewport = proxy.hide_render = True
+    n = len(proxy.data.vertices)
+    proxy_co = np.empty(3 * n)
+    proxy.data.vertices.foreach_get("co", proxy_co)
+    proxy_co = proxy_co.reshape(-1, 3)
+    select_only(dense)
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+    s = dense.drape
+    s.sim_source = 'PROXY'
+    s.proxy = proxy
+    r = 0.05
+    s.max_distance = r
+    scene.frame_start, scene.frame_end = 1, 30
+    dense.location = (0, 0, 0)
+    dense.keyframe_insert("location", frame=1)
+    dense.location = (3, 0, 1)
+    dense.keyframe_insert("location", frame=30)
+    for f in range(1, 31):
+        scene.frame_set(f)
+        sim = runtime.get(dense)
+        coarse = sim.state.positions_aos().astype(np.float64)
+        # The dense mesh moves rigidly: a coarse vertex's animated place is
+        # its rest place moved with the object.
+        m = np.array(dense.matrix_world, np.float64)
+        animated = proxy_co @ m[:3, :3].T + m[:3, 3]
+        d = np.linalg.norm(coarse - animated, axis=1)
+        assert d.max() <= r + 1e-4, (f, d.max())
+    assert not [t for icon, t in runtime.messages(dense) if icon == 'ERROR']
+
+
+def test_sewing_on_a_proxy_sim_mesh_is_refused_by_name(empty_scene):
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=4, y_subdivisions=4)
+    proxy = bpy.context.active_object
+    bpy.ops.mesh.primitive_grid_add(x_subdivisions=8, y_subdivisions=8)
+    obj = bpy.context.active_object
+    obj.name = "ProxySewn"
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+    obj.drape.sim_source = 'PROXY'
+    obj.drape.proxy = proxy
+    obj.drape.use_sewing = True
+    errors = _play_error(obj)
+    assert errors and "'ProxySewn'" in errors[0] and "This mesh" in errors[0], errors
