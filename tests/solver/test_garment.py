@@ -66,6 +66,10 @@ def test_two_flat_panels_sew_shut_around_a_cylinder(substeps):
     # Nothing inside the cylinder: the tube closed around it.
     d = oracles.point_capsule_distances(x, a[0], b[0], radius, radius)
     assert d.min() > -1e-3
+    # No crossings in the sewn tube (the stitched vertices welded into one).
+    weld = np.arange(len(x))
+    weld[stitches[:, 1]] = stitches[:, 0]
+    assert len(oracles.intersecting_triangle_pairs(x, weld[model.triangles])) == 0
     # And it closed around, not beside it: the seams lie on either side.
     seam_x = x[stitches[:, 0], 0]
     assert seam_x[: len(seam_x) // 2].max() < -radius and seam_x[len(seam_x) // 2:].min() > radius
