@@ -432,3 +432,25 @@ def test_one_pressure_update_moves_only_weighted_vertices_and_reaches_the_target
     assert np.all(np.linalg.norm(x[weight > 0] - rest[weight > 0], axis=1) > 0)
     # A linearised update: the volume error left is second order in the step.
     assert abs(_volume(x, fi, fs) - target) < 0.1 * abs(target - 1.0)
+
+
+def test_painted_shear_and_bend_scale_only_the_painted_elements():
+    rest, fi, fs = _sheet(6, 6)
+    weight = (rest[:, 0] < 0.4).astype(float)
+    params = ClothParams(shear_weight_max=5.0, bend_weight_max=3.0)
+    model = _model(rest, fi, fs, params)
+    model.set_garment_weights(shear=weight, bend=weight)
+    step(model, model.new_state(), None, 1 / 60, params)
+    shear = model.shear.alpha_scale
+    inside = weight[model.shear.pairs].min(axis=1) == 1
+    outside = weight[model.shear.pairs].max(axis=1) == 0
+    np.testing.assert_allclose(shear[inside], 1 / 5.0)
+    np.testing.assert_allclose(shear[outside], 1.0)
+    quads = weight[model.bend.idx_aos]
+    np.testing.assert_allclose(model.bend.alpha_scale[quads.min(axis=1) == 1], 1 / 3.0)
+    np.testing.assert_allclose(model.bend.alpha_scale[quads.max(axis=1) == 0], 1.0)
+    # Stretch is left alone, and the coefficients follow the scales.
+    assert model.stretch.alpha_scale is None
+    alpha = params.shear_compliance * (60 * params.substeps) ** 2
+    wa, wb = model.shear.wa.astype(np.float64), model.shear.wb.astype(np.float64)
+    np.testing.assert_allclose(model.shear.ca, wa / (wa + wb + alpha * shear), rtol=1e-4)
