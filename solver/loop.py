@@ -11,7 +11,10 @@ For each substep:
      tethers, soft pins, then this step's frozen self contacts, then the
      colliders' projection (last, so the colliders win) and the capsule
      contacts of the edges and faces between the vertices (colliders.edges);
-the velocities of the last substep end the step.
+the velocities of the last substep end the step. Garment constraints (only
+in run_general): the stitches with the records, pressure after them, and
+max distance and backstop last in every iteration, after the colliders, so
+they hold exactly.
 
 The loop is written once and compiled twice (jit.specialised): `run` for
 the default settings (one iteration, no damping, no wind), which holds only
