@@ -45,14 +45,14 @@ def _two_panels(nx=12, nz=4, width=0.5, height=0.2, gap=0.3):
     return rest, faces, sizes, stitches
 
 
-@pytest.mark.parametrize("substeps", [2, 5])
-def test_two_flat_panels_sew_shut_around_a_cylinder(substeps):
+@pytest.mark.parametrize("substeps,iterations", [(2, 1), (5, 1), (2, 3)])
+def test_two_flat_panels_sew_shut_around_a_cylinder(substeps, iterations):
     rest, fi, fs, stitches = _two_panels()
     radius = 0.1
     a, b = np.array([[0.0, 0.0, -0.4]]), np.array([[0.0, 0.0, 0.4]])
     caps = Capsules(a, b, a, b, np.array([radius]), np.array([radius]))
-    params = ClothParams(substeps=substeps, gravity=(0, 0, 0), sewing_max_force=0.2, air_drag=2.0,
-                         collision_margin=0.003)
+    params = ClothParams(substeps=substeps, iterations=iterations, gravity=(0, 0, 0), sewing_max_force=0.2,
+                         air_drag=2.0, collision_margin=0.003)
     model = _model(rest, fi, fs, params)
     model.set_sewing(stitches)
     state = model.new_state()
@@ -296,12 +296,12 @@ def _volume(x, fi, fs):
     return vol
 
 
-@pytest.mark.parametrize("target", [0.85, 1.15])
-def test_an_inflated_closed_box_reaches_its_target_volume(target):
+@pytest.mark.parametrize("target,iterations", [(0.85, 1), (1.15, 1), (1.15, 3)])
+def test_an_inflated_closed_box_reaches_its_target_volume(target, iterations):
     rest, fi, fs = _cube()
     assert _volume(rest, fi, fs) == pytest.approx(1.0)
-    params = ClothParams(substeps=4, gravity=(0, 0, -9.81), pressure=True, pressure_volume=target,
-                         stretch_compliance=1e-4, air_drag=1.0)
+    params = ClothParams(substeps=4, iterations=iterations, gravity=(0, 0, -9.81), pressure=True,
+                         pressure_volume=target, stretch_compliance=1e-4, air_drag=1.0)
     model = _model(rest, fi, fs, params)
     state = model.new_state()
     for _ in range(90):
@@ -329,14 +329,14 @@ def _animated(rest, t):
     return rest + np.array([3.0 * t, 0.4 * np.sin(9.0 * t), 0.2 * np.cos(13.0 * t)])
 
 
-@pytest.mark.parametrize("substeps,frames_per_step", [(1, 1), (1, 4), (3, 1)])
-def test_max_distance_is_never_exceeded(substeps, frames_per_step):
+@pytest.mark.parametrize("substeps,frames_per_step,iterations", [(1, 1, 1), (1, 4, 1), (3, 1, 1), (1, 1, 3)])
+def test_max_distance_is_never_exceeded(substeps, frames_per_step, iterations):
     # substeps = 1 checks every substep; (3, 1) the end of each step.
     rest, fi, fs = _sheet(8, 8)
     rng = np.random.default_rng(3)
     weight = np.where(rest[:, 0] < 0.5, rng.uniform(0.1, 1.0, len(rest)), 0.0)
     r = 0.05
-    params = ClothParams(substeps=substeps, max_distance=r)
+    params = ClothParams(substeps=substeps, iterations=iterations, max_distance=r)
     model = _model(rest, fi, fs, params)
     model.set_garment_weights(max_distance=weight)
     state = model.new_state()
