@@ -144,8 +144,6 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # theirs, when there are any).
     listed = (fast and has_contacts and plane1.shape[0] == 0 and soft.shape[0] == 0
               and (fast_tethers or not use_tethers))
-    if GENERAL and use_pressure:
-        listed = False
     # The edge and face passes visit the vertices within edge_reach of the
     # capsules' boxes: the list grows by it.
     use_edges = cfg.use_edges != F0 and caps.shape[0] > 0
@@ -214,9 +212,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 else:
                     from_aos4(p4, pos)
             if GENERAL and use_pressure:
-                # On the rows (a pass over the triangles' records was slower),
-                # so the projection visits every vertex (listed is off).
+                # On the rows (a pass over the triangles' records was slower);
+                # the vertices near the capsules are listed again after it.
                 solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
+                if listed and self_contacts is None:
+                    count = collect_rows(pos, hit, ubox1, cand, sel)
             if use_tethers and not fast_tethers:
                 solve_tethers(pos, prev, tether.vertex, tether.anchor, tether.length, tether.w,
                               cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)
