@@ -17,8 +17,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from .. import topology
-from ..config import F0, as_f32, as_u32
+from ..config import F0, as_f32
 from ..jit import KERNEL as JIT
 from ..params import SolverError
 

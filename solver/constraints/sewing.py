@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from .. import topology
-from ..config import EPS, F0, as_f32, as_u32
+from ..config import EPS, F0, as_u32
 from ..jit import KERNEL as JIT
 from ..params import SolverError
 

@@ -5,7 +5,6 @@ groups through bpy. Checks use the mesh's own data and exact geometry."""
 import bmesh
 import bpy
 import numpy as np
-import pytest
 
 from drape.scene import runtime
 
