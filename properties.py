@@ -221,6 +221,85 @@ class DrapeClothSettings(PropertyGroup):
     vertex_budget: IntProperty(name="Vertex budget", description="Vertices of the simplified simulated mesh",
                                default=2000, min=16, soft_max=20000)
 
+    # Garment authoring (scene/garment.py reads the mesh's part when the
+    # simulation starts; the numbers act every step)
+    use_sewing: BoolProperty(name="Sewing",
+                             description="Loose edges (in no face) between two panels of this mesh are stitches "
+                                         "that pull the panels together and then hold the seam",
+                             default=False)
+    sewing_compliance: _compliance_property("Sewing", 1e-8)
+    sewing_stiffness: _stiffness_property("sewing_compliance", "Sewing stiffness", "N/m per stitch",
+                                          1e8, 1e2, 1e10)
+    sewing_max_force: FloatProperty(name="Max sewing force",
+                                    description="Largest force a stitch pulls with while its seam is open (N); "
+                                                "0 = no limit",
+                                    default=0.0, min=0.0, soft_max=10.0)
+    shrink: FloatProperty(name="Shrink", description="Shrinks rest lengths by this factor (0.2 = to 80 %); "
+                                                     "negative grows",
+                          default=0.0, soft_min=-0.5, max=0.99, soft_max=0.5)
+    shrink_max: FloatProperty(name="Max shrink",
+                              description="Shrink at weight 1 of the shrink group (Shrink at weight 0)",
+                              default=0.0, soft_min=-0.5, max=0.99, soft_max=0.5)
+    shrink_group: StringProperty(name="Shrink group", description="Vertex group scaling the shrink", default="")
+    shrink_warp: FloatProperty(name="Warp shrink", description="Extra shrink along the UV map's U axis (warp)",
+                               default=0.0, soft_min=-0.5, max=0.99, soft_max=0.5)
+    shrink_weft: FloatProperty(name="Weft shrink", description="Extra shrink along the UV map's V axis (weft)",
+                               default=0.0, soft_min=-0.5, max=0.99, soft_max=0.5)
+    warp_stretch: FloatProperty(name="Warp stretch",
+                                description="Stretch compliance along the UV map's U axis, times the stretch "
+                                            "compliance (2 = stretches twice as much along the warp)",
+                                default=1.0, min=0.0, soft_min=0.1, soft_max=10.0)
+    weft_stretch: FloatProperty(name="Weft stretch",
+                                description="Stretch compliance along the UV map's V axis, times the stretch "
+                                            "compliance",
+                                default=1.0, min=0.0, soft_min=0.1, soft_max=10.0)
+    uv_map: StringProperty(name="UV map", description="UV map giving warp (U) and weft (V); empty = the active one",
+                           default="")
+    stretch_group: StringProperty(name="Stretch group", description="Vertex group painting stretch stiffness",
+                                  default="")
+    stretch_group_max: FloatProperty(name="Max stretch",
+                                     description="Stretch stiffness at weight 1, times the stiffness at weight 0",
+                                     default=1.0, min=0.0, soft_max=100.0)
+    shear_group: StringProperty(name="Shear group", description="Vertex group painting shear stiffness",
+                                default="")
+    shear_group_max: FloatProperty(name="Max shear",
+                                   description="Shear stiffness at weight 1, times the stiffness at weight 0",
+                                   default=1.0, min=0.0, soft_max=100.0)
+    bend_group: StringProperty(name="Bend group", description="Vertex group painting bend stiffness", default="")
+    bend_group_max: FloatProperty(name="Max bend",
+                                  description="Bend stiffness at weight 1, times the stiffness at weight 0",
+                                  default=1.0, min=0.0, soft_max=100.0)
+    use_pressure: BoolProperty(name="Pressure",
+                               description="A closed mesh keeps a target volume (pillows, balloons, puffer jackets)",
+                               default=False)
+    pressure_volume: FloatProperty(name="Target volume",
+                                   description="Volume kept, times the volume the mesh is modelled with",
+                                   default=1.0, min=0.0, soft_max=3.0)
+    pressure_compliance: FloatProperty(name="Pressure compliance",
+                                       description="Volume given per pascal of pressure (m^5/N); 0 = holds the "
+                                                   "target exactly",
+                                       default=0.0, min=0.0, soft_max=1.0, precision=6)
+    pressure_group: StringProperty(name="Pressure group",
+                                   description="Vertex group limiting where the pressure moves the cloth",
+                                   default="")
+    max_distance: FloatProperty(name="Max distance",
+                                description="Each vertex stays within this distance of where the animation "
+                                            "(the modifiers above Drape) puts it, times its group weight; 0 = off",
+                                default=0.0, min=0.0, soft_max=1.0, subtype='DISTANCE')
+    max_distance_group: StringProperty(name="Max distance group",
+                                       description="Vertex group scaling the max distance (weight 0 = free)",
+                                       default="")
+    backstop_distance: FloatProperty(name="Backstop distance",
+                                     description="How far behind its animated surface the cloth may go",
+                                     default=0.0, min=0.0, soft_max=0.2, subtype='DISTANCE')
+    backstop_radius: FloatProperty(name="Backstop radius",
+                                   description="Radius of the sphere behind the animated surface the cloth may not "
+                                               "enter; 0 = no backstop",
+                                   default=0.0, min=0.0, soft_max=1.0, subtype='DISTANCE')
+    backstop_group: StringProperty(name="Backstop group",
+                                   description="Vertex group of the vertices with a backstop (empty: all)",
+                                   default="")
+
 
 class DrapeColliderSettings(PropertyGroup):
     """Per-object collider (``Object.drape_collider``).

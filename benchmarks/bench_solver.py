@@ -3,6 +3,7 @@ capsule swinging back and forth through it), growth with resolution, JIT
 compile time. One JSON line per case; never part of the test suite.
 
     make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick])
+    .venv/bin/python benchmarks/bench_solver.py --case garment   (only the garment rows)
 
 Timings are per-step medians of single-threaded steps after warm-up. On a
 shared machine they are noisy: compare medians from the same run. The target
@@ -158,8 +159,96 @@ def compile_times():
     return out
 
 
+def _split_sheet(nx):
+    """The hanging sheet cut down its middle column into two panels (the
+    column's vertices doubled) and the stitches that join them again."""
+    rest, fi, fs, pin = hanging_sheet(nx, nx)
+    cols = nx + 1
+    mid = nx // 2
+    column = np.flatnonzero(np.arange(len(rest)) % cols == mid)
+    twin = len(rest) + np.arange(len(column))
+    rest = np.concatenate([rest, rest[column]])
+    pin = np.concatenate([pin, pin[column]])
+    quads = fi.reshape(-1, 4).copy()
+    right = (rest[quads].mean(axis=1)[:, 0] > rest[column[0], 0])
+    remap = np.arange(len(rest))
+    remap[column] = twin
+    quads[right] = remap[quads[right]]
+    return rest, quads.reshape(-1), fs, pin, np.stack([column, twin], axis=1)
+
+
+def _box(k):
+    """A closed quad cube of k x k quads a side, 1 m, centred at (0.5, 0, 0.5),
+    wound outwards."""
+    g = np.linspace(-0.5, 0.5, k + 1)
+    points, quads = [], []
+    for axis in range(3):
+        for sign in (-1.0, 1.0):
+            u, v = np.meshgrid(g, g, indexing="ij")
+            p = np.zeros((k + 1, k + 1, 3))
+            p[..., axis] = sign * 0.5
+            p[..., (axis + 1) % 3], p[..., (axis + 2) % 3] = u, v
+            base = sum(len(x) for x in points)
+            idx = base + np.arange((k + 1) ** 2).reshape(k + 1, k + 1)
+            q = np.stack([idx[:-1, :-1], idx[1:, :-1], idx[1:, 1:], idx[:-1, 1:]], axis=-1).reshape(-1, 4)
+            quads.append(q if sign > 0 else q[:, ::-1])
+            points.append(p.reshape(-1, 3))
+    pts = np.concatenate(points)
+    keys, first, inverse = np.unique(np.round(pts, 9), axis=0, return_index=True, return_inverse=True)
+    fi = inverse.ravel()[np.concatenate(quads)].reshape(-1)
+    return keys + [0.5, 0.0, 0.5], fi, np.full(len(fi) // 4, 4)
+
+
+def garment_rows(blocks=4, warmup=60, measured=120):
+    """The 10k-vertex scenes with sewing, max distance (the sheet, cut into
+    two panels sewn together) and pressure with max distance (a closed box),
+    each against the same scene without them: per-step medians of blocks
+    that alternate between the two, the capsule swinging through both."""
+    rest, fi, fs, pin, stitches = _split_sheet(100)
+    box, bfi, bfs = _box(41)
+    scenes = {
+        "garment_sheet100_sewing_max_distance": (rest, fi, fs, pin, stitches,
+                                                 dict(max_distance=0.3, sewing_max_force=1.0)),
+        "garment_box10k_pressure_max_distance": (box, bfi, bfs, np.zeros(len(box), np.float32), None,
+                                                 dict(max_distance=0.3, pressure=True, pressure_volume=1.0,
+                                                      gravity=(0.0, 0.0, 0.0))),
+    }
+    for scene, (r, f, s, p, st, on) in scenes.items():
+        runs = {}
+        for label, extra in (("off", {}), ("on", on)):
+            off_gravity = {"gravity": on["gravity"]} if "gravity" in on else {}
+            params = ClothParams(substeps=2, **{**off_gravity, **extra})
+            model = build_model(r, f, s, vertex_masses(r, f, s, 0.2), p, params)
+            if label == "on" and st is not None:
+                model.set_sewing(st)
+            runs[label] = [model, model.new_state(), params, [], 0.0]
+        targets = np.asarray(r, np.float32)
+        for block in range(blocks + 1):
+            for label in (("off", "on") if block % 2 == 0 else ("on", "off")):
+                model, state, params, times, t = runs[label]
+                for i in range(warmup if block == 0 else measured):
+                    inputs = StepInputs(pin_targets=targets, capsules=swinging_capsule(t, t + DT))
+                    c0 = time.thread_time()
+                    step(model, state, inputs, DT, params)
+                    if block:
+                        times.append(time.thread_time() - c0)
+                    t += DT
+                runs[label][4] = t
+        off, on_ = runs["off"][3], runs["on"][3]
+        per_block = [median_ms(on_[b * measured:(b + 1) * measured]) / median_ms(off[b * measured:(b + 1) * measured])
+                     for b in range(blocks)]
+        emit(scene=scene, vertices=int(runs["on"][0].n), substeps=2, threads=1,
+             ms_per_step_median=round(median_ms(on_), 4), ms_per_step_median_without=round(median_ms(off), 4),
+             ratio_median=round(median_ms(on_) / median_ms(off), 3),
+             ratio_per_block=[round(x, 3) for x in per_block], steps=blocks * measured,
+             load_avg_1min=round(os.getloadavg()[0], 2))
+
+
 def main():
     quick = "--quick" in sys.argv
+    if "--case" in sys.argv and sys.argv[sys.argv.index("--case") + 1:][:1] == ["garment"]:
+        garment_rows()   # only the garment rows
+        return
     ct = compile_times()
     emit(scene="jit_compile", vertices=81, substeps=2, threads=1, ms_per_step_median=None,
          compile_cold_s=round(ct["cold"][0] + ct["cold"][1], 3), first_step_cold_s=round(ct["cold"][1], 3),
@@ -187,6 +276,7 @@ def main():
         row["ns_per_vertex"] = round(per_vertex, 2)
         row["ns_per_vertex_vs_32"] = round(per_vertex / base, 3)
         emit(**row)
+    garment_rows()
 
 
 if __name__ == "__main__":

@@ -139,3 +139,93 @@ class DRAPE_OT_cloth_preset_add(AddPresetBase, bpy.types.Operator):
 
 
 classes = (DRAPE_OT_cloth_add, DRAPE_OT_cloth_remove, DRAPE_OT_reset, DRAPE_OT_cloth_preset_add)
+
+
+def _border_chains(bm):
+    """The selected border edges of an edit mesh as ordered vertex chains:
+    [(vertices, closed)], or a message saying why not."""
+    edges = [e for e in bm.edges if e.select and e.is_boundary]
+    if not edges:
+        return None, "Select two border edge loops (edges of one face only) to sew"
+    nbr = {}
+    for e in edges:
+        a, b = e.verts
+        nbr.setdefault(a, []).append(b)
+        nbr.setdefault(b, []).append(a)
+    if any(len(v) > 2 for v in nbr.values()):
+        return None, "The selected border edges branch: select two separate loops"
+    chains, seen = [], set()
+    for start in nbr:
+        if start in seen:
+            continue
+        # Walk from an end when there is one (an open chain), else anywhere.
+        component, stack = [], [start]
+        while stack:
+            v = stack.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            component.append(v)
+            stack += nbr[v]
+        ends = [v for v in component if len(nbr[v]) == 1]
+        first = ends[0] if ends else component[0]
+        chain, prev = [first], None
+        while True:
+            nxt = [v for v in nbr[chain[-1]] if v is not prev and v not in chain]
+            if not nxt:
+                break
+            prev = chain[-1]
+            chain.append(nxt[0])
+        chains.append((chain, not ends))
+    if len(chains) != 2:
+        return None, f"Select exactly two border edge loops to sew ({len(chains)} selected)"
+    return chains, None
+
+
+class DRAPE_OT_sew_edge_loops(bpy.types.Operator):
+    """Stitch two selected border edge loops with loose edges (any vertex counts): Drape's sewing pulls them
+    together"""
+
+    bl_idname = "drape.sew_edge_loops"
+    bl_label = "Sew Selected Edge Loops"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        obj = context.edit_object
+        if obj is None or obj.type != 'MESH' or context.mode != 'EDIT_MESH':
+            cls.poll_message_set("Select two border edge loops in Edit Mode")
+            return False
+        return True
+
+    def execute(self, context):
+        import bmesh
+        import numpy as np
+
+        from ..solver.constraints.sewing import pair_loops
+
+        obj = context.edit_object
+        bm = bmesh.from_edit_mesh(obj.data)
+        chains, problem = _border_chains(bm)
+        if problem:
+            self.report({'ERROR'}, problem)
+            return {'CANCELLED'}
+        (a, closed_a), (b, closed_b) = chains
+        if closed_a != closed_b:
+            self.report({'ERROR'}, "Select two closed loops or two open edge chains, not one of each")
+            return {'CANCELLED'}
+        pairs = pair_loops(np.array([v.co for v in a]), np.array([v.co for v in b]), closed_a)
+        made = 0
+        for i, j in pairs:
+            va, vb = a[int(i)], b[int(j)]
+            if bm.edges.get((va, vb)) is None:
+                bm.edges.new((va, vb))
+                made += 1
+        bmesh.update_edit_mesh(obj.data)
+        obj.drape.use_sewing = True
+        self.report({'INFO'}, f"'{obj.name}': {made} sewing edges between loops of {len(a)} and {len(b)} "
+                              f"vertices; Garment > Sewing is on")
+        return {'FINISHED'}
+
+
+classes = classes + (DRAPE_OT_sew_edge_loops,)

@@ -182,6 +182,52 @@ def _draw_simmesh(self, context):
         col.prop(s, "vertex_budget")
 
 
+def _draw_garment(self, context):
+    layout, s = _settings_layout(self, context)
+    obj = context.object
+    col = layout.column(heading="Sewing")
+    col.prop(s, "use_sewing")
+    sub = col.column()
+    sub.active = s.use_sewing
+    sub.prop(s, "sewing_stiffness")
+    sub.prop(s, "sewing_max_force")
+    sub.operator("drape.sew_edge_loops", icon='AUTOMERGE_OFF')
+    col = layout.column()
+    col.prop(s, "shrink")
+    col.prop_search(s, "shrink_group", obj, "vertex_groups")
+    sub = col.column()
+    sub.active = bool(s.shrink_group)
+    sub.prop(s, "shrink_max")
+    col = layout.column()
+    col.prop_search(s, "uv_map", obj.data, "uv_layers")
+    col.prop(s, "shrink_warp")
+    col.prop(s, "shrink_weft")
+    col.prop(s, "warp_stretch")
+    col.prop(s, "weft_stretch")
+    col = layout.column()
+    for group, top in (("stretch_group", "stretch_group_max"), ("shear_group", "shear_group_max"),
+                       ("bend_group", "bend_group_max")):
+        col.prop_search(s, group, obj, "vertex_groups")
+        sub = col.column()
+        sub.active = bool(getattr(s, group))
+        sub.prop(s, top)
+    col = layout.column(heading="Pressure")
+    col.prop(s, "use_pressure")
+    sub = col.column()
+    sub.active = s.use_pressure
+    sub.prop(s, "pressure_volume")
+    sub.prop(s, "pressure_compliance")
+    sub.prop_search(s, "pressure_group", obj, "vertex_groups")
+    col = layout.column()
+    col.prop(s, "max_distance")
+    col.prop_search(s, "max_distance_group", obj, "vertex_groups")
+    col.prop(s, "backstop_radius")
+    sub = col.column()
+    sub.active = s.backstop_radius > 0
+    sub.prop(s, "backstop_distance")
+    sub.prop_search(s, "backstop_group", obj, "vertex_groups")
+
+
 _SUBPANELS = (
     ("stiffness", "Stiffness", _draw_stiffness, None),
     ("damping", "Damping", _draw_damping, None),
@@ -190,6 +236,7 @@ _SUBPANELS = (
     ("self_collision", "Self Collision", _draw_self, _draw_self_header),
     ("wind", "Wind", _draw_wind, None),
     ("simmesh", "Sim Mesh", _draw_simmesh, None),
+    ("garment", "Garment", _draw_garment, None),
 )
 
 _SPACES = (

@@ -335,7 +335,7 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
     if loose_verts:
         problems.append(f"'{obj.name}' has {loose_verts} loose vertices not used by any face: "
                         f"delete them (Mesh > Clean Up > Delete Loose)")
-    if topo.loose_edges:
+    if topo.loose_edges and not (role == "cloth" and getattr(settings, "use_sewing", False)):  # sewing's stitches
         problems.append(f"'{obj.name}' has {topo.loose_edges} loose edges not used by any face: "
                         f"delete them (Mesh > Clean Up > Delete Loose)")
 

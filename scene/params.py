@@ -45,6 +45,22 @@ _CHECKED = (
     ("self_conservativeness", "self_conservativeness", "Self Collision", 0.0, False),
     ("wind_drag", "wind_drag", "Wind", 0.0, False),
     ("wind_lift", "wind_lift", "Wind", 0.0, False),
+    ("sewing_compliance", "sewing_stiffness", "Garment", 0.0, False),
+    ("sewing_max_force", "sewing_max_force", "Garment", 0.0, False),
+    ("shrink", "shrink", "Garment", None, False),
+    ("shrink_max", "shrink_max", "Garment", None, False),
+    ("shrink_warp", "shrink_warp", "Garment", None, False),
+    ("shrink_weft", "shrink_weft", "Garment", None, False),
+    ("warp_stretch", "warp_stretch", "Garment", 0.0, False),
+    ("weft_stretch", "weft_stretch", "Garment", 0.0, False),
+    ("stretch_group_max", "stretch_group_max", "Garment", 0.0, False),
+    ("shear_group_max", "shear_group_max", "Garment", 0.0, False),
+    ("bend_group_max", "bend_group_max", "Garment", 0.0, False),
+    ("pressure_volume", "pressure_volume", "Garment", 0.0, False),
+    ("pressure_compliance", "pressure_compliance", "Garment", 0.0, False),
+    ("max_distance", "max_distance", "Garment", 0.0, False),
+    ("backstop_distance", "backstop_distance", "Garment", 0.0, False),
+    ("backstop_radius", "backstop_radius", "Garment", 0.0, False),
 )
 # Read from every cloth of a cloth-cloth group (the rest come from the first).
 _PER_MEMBER = frozenset({"areal_density"})
@@ -61,6 +77,13 @@ _FIELD_PROPERTY = {
     "self_friction": "self_friction",
     "self_conservativeness": "self_conservativeness",
     "areal_density": "areal_density",
+    "sewing_max_force": "sewing_max_force",
+    "warp_compliance_scale": "warp_stretch",
+    "weft_compliance_scale": "weft_stretch",
+    "stretch_weight_max": "stretch_group_max",
+    "shear_weight_max": "shear_group_max",
+    "bend_weight_max": "bend_group_max",
+    "pressure": "use_pressure",
 }
 
 
@@ -237,6 +260,24 @@ def cloth_params(settings, scene, solver):
         collision_margin=settings.thickness * unit,
         friction_static=max(settings.static_friction, settings.friction),
         friction_kinetic=settings.friction,
+        # Garment authoring (scene/garment.py gives the model its stitches, groups and UVs)
+        sewing_compliance=settings.sewing_compliance,
+        sewing_max_force=settings.sewing_max_force,
+        shrink=settings.shrink,
+        shrink_max=settings.shrink_max if settings.shrink_group else settings.shrink,
+        shrink_warp=settings.shrink_warp,
+        shrink_weft=settings.shrink_weft,
+        stretch_weight_max=settings.stretch_group_max,
+        shear_weight_max=settings.shear_group_max,
+        bend_weight_max=settings.bend_group_max,
+        warp_compliance_scale=settings.warp_stretch,
+        weft_compliance_scale=settings.weft_stretch,
+        pressure=settings.use_pressure,
+        pressure_volume=settings.pressure_volume,
+        pressure_compliance=settings.pressure_compliance,
+        max_distance=settings.max_distance * unit,
+        backstop_distance=settings.backstop_distance * unit,
+        backstop_radius=settings.backstop_radius * unit,
     )
     names = {f.name for f in dataclasses.fields(solver.ClothParams)}
     return solver.ClothParams(**{k: v for k, v in values.items() if k in names})
@@ -255,4 +296,12 @@ def rebuild_key(obj):
     return (
         s.sim_source, proxy, s.vertex_budget if s.sim_source == 'AUTO' else 0,
         _key_number(s.areal_density), s.mass_group, s.pin_group, s.tethers, s.self_collision, s.cloth_collision,
+        *garment_key(s),
     )
+
+
+def garment_key(settings):
+    """The garment settings read into the model at a build (scene/garment.py)."""
+    from .garment import rebuild_key as key
+
+    return key(settings) if hasattr(settings, "use_sewing") else ()

@@ -51,6 +51,7 @@ from bpy.app.handlers import persistent
 
 from . import colliders as colliders_mod
 from . import compat, meshdata, params, warmup, wind, writeback
+from . import garment
 from .meshdata import DrapeInputError
 
 # Playback that skips more frames than this does not catch up step by step.
@@ -115,6 +116,9 @@ class Member:
         self.counts = None           # vertices, faces, corners of the mesh at Drape's place in the stack
         self.unit = 1.0              # metres per Blender unit (the scene's Unit Scale)
         self.warning = None          # a vanished pin / mass group, while it is missing
+        # PROXY/AUTO with max distance or a backstop (scene/garment.py): every
+        # coarse vertex gets the dense mesh's animated surface as its target.
+        self.track_all = False
 
 
 class ClothRuntime:
@@ -282,7 +286,7 @@ def _member_frame(member, dense):
     from ..solver import skinning
 
     weight = _interpolate(member, dense.pin_weight)
-    weighted = np.flatnonzero(weight > 0.0)
+    weighted = np.arange(weight.size) if member.track_all else np.flatnonzero(weight > 0.0)
     if weighted.size == 0:
         return member.prev_targets, weight
     if member.pin_skin is None or not np.array_equal(member.pin_skin[0], weighted):
@@ -450,6 +454,7 @@ def _build_checked(objs, scene, depsgraph, solver):
         pin_w = np.concatenate([p[5] for p in parts])
         region = np.concatenate([np.full(m.stop - m.start, i, np.int32) for i, m in enumerate(members)])
     sim.model = solver.build_model(rest, faces, sizes, mass, pin_w, prm, region=region)
+    garment.apply(sim.model, objs, members, depsgraph)   # stitches, garment groups, UVs
     if lead.self_collision or len(parts) > 1:
         from ..solver.selfcollision import SelfCollision
 

@@ -389,6 +389,10 @@ def needed(objs, scene=None):
         windy = bool(wind.wind_fields(scene))
     default = (lead.iterations == 1 and lead.stretch_damping == 0 and lead.shear_damping == 0
                and lead.bend_damping == 0 and not windy)
+    # Sewing, pressure and the skinned constraints run in the general step too.
+    garment = bool(getattr(lead, "use_sewing", False) or getattr(lead, "use_pressure", False)
+                   or getattr(lead, "max_distance", 0.0) > 0 or getattr(lead, "backstop_radius", 0.0) > 0)
+    default = default and not garment
     if lead.self_collision or len(objs) > 1:
         groups.add("self" if default else "self_general")
         groups.add("self")

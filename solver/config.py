@@ -31,6 +31,10 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "bend_curved",   # 1: some bending element has a curved rest shape (rest norm != 0)
     "use_edges",     # 1: capsule contacts of the edges and faces too (ClothParams.edge_contacts)
     "edge_reach",    # m: how far past the capsules' boxes the edge and face passes look (SurfaceEdges.reach)
+    "a_sew", "sew_force",                         # sewing: compliance (m/N), max force (N, 0 = unlimited)
+    "a_pressure", "pressure_volume",              # pressure: compliance (m^5/N), target volume factor
+    "use_pressure",
+    "max_distance", "backstop_distance", "backstop_radius",   # skinned constraints, m (0 = off)
 )])
 
 

@@ -11,7 +11,10 @@ For each substep:
      tethers, soft pins, then this step's frozen self contacts, then the
      colliders' projection (last, so the colliders win) and the capsule
      contacts of the edges and faces between the vertices (colliders.edges);
-the velocities of the last substep end the step.
+the velocities of the last substep end the step. Garment constraints (only
+in run_general): the stitches with the records, pressure after them, and
+max distance and backstop last in every iteration, after the colliders, so
+they hold exactly.
 
 The loop is written once and compiled twice (jit.specialised): `run` for
 the default settings (one iteration, no damping, no wind), which holds only
@@ -35,6 +38,9 @@ from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bendin
 from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_distance, solve_distance_fast,
                                    solve_distance_fast4)
 from .constraints.pins import solve_soft_pins
+from .constraints.pressure import PressureRecord, solve_pressure
+from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
+from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
 from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
 from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
                         update_velocities, vertex_lists)
@@ -79,8 +85,8 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
-         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, surface,
-         self_contacts, boxes, box_scratch):
+         contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, sewing_arrays,
+         pressure_arrays, skinned_arrays, soft_lam, surface, self_contacts, boxes, box_scratch):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -107,6 +113,14 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         limits = FastDistanceRecord(*limits_arrays)
         bend = FastBendingRecord(*bend_arrays)
     tether = TetherRecord(*tether_arrays)
+    # Garment constraints (constraints/sewing, pressure, skinned): empty
+    # arrays when off; only run_general solves them.
+    sew = SewingRecord(*sewing_arrays)
+    pressure = PressureRecord(*pressure_arrays)
+    skinned = SkinnedRecord(*skinned_arrays)
+    use_sewing = GENERAL and sew.ab.shape[0] > 0
+    use_pressure = GENERAL and pressure.w.shape[0] > 0
+    use_skinned = GENERAL and skinned.vertex.shape[0] > 0
     cap0, cap1, plane1, box0, box1, sweep = colliders
     bx0, bx1, baabb, bhit, bentry = box_scratch
     use_boxes = GENERAL and boxes.shape[0] > 0
@@ -141,6 +155,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     edge_start, edge_other, tri_start, tri_list, tri_stamp = surface
     ccount = np.int64(0)  # not a literal 0: the callees compile once
     bad = 0
+    if GENERAL and use_skinned and skinned.coef[1] > F0:
+        animated_normals(pin_end, tris, skinned.normal)   # the backstop's, at step end
     for sub in range(substeps):
         t0 = np.float32(sub) / np.float32(substeps)
         t1 = np.float32(sub + 1) / np.float32(substeps)
@@ -183,6 +199,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
                 if cfg.use_limits != F0:
                     solve_distance_fast(pos, limits.ab, limits.coef, True)
+                if use_sewing:
+                    solve_sewing(pos, sew.ab, sew.w, sew.coef)
             else:
                 to_aos4(pos, p4)
                 solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
@@ -193,10 +211,20 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if fast_tethers:
                     solve_tethers_fast4(p4, tether.vertex_rec, tether.anchor_rec, tether.length, tether.coef,
                                         cfg.tether_scale)
+                # Sewing on the records too, before they are read back: the
+                # list of vertices near the capsules sees its moves.
+                if GENERAL and use_sewing:
+                    solve_sewing4(p4, sew.ab_rec, sew.w, sew.coef)
                 if listed and self_contacts is None:
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
                 else:
                     from_aos4(p4, pos)
+            if GENERAL and use_pressure:
+                # On the rows (a pass over the triangles' records was slower);
+                # the vertices near the capsules are listed again after it.
+                solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
+                if listed and self_contacts is None:
+                    count = collect_rows(pos, hit, ubox1, cand, sel)
             if use_tethers and not fast_tethers:
                 solve_tethers(pos, prev, tether.vertex, tether.anchor, tether.length, tether.w,
                               cfg.a_tether * ha, cfg.d_tether, cfg.tether_scale)
@@ -229,6 +257,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # pushes in the first.
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
+            # ---- skinned constraints last: they hold exactly
+            if GENERAL and use_skinned:
+                solve_skinned(pos, skinned.vertex, skinned.radius, skinned.backstop, skinned.normal, skinned.coef,
+                              pin_start, pin_end, t1)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 

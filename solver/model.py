@@ -7,6 +7,10 @@ from .config import as_f32, as_u32
 from .colliders import collider_scratch
 from .colliders.edges import surface_edges
 from .constraints import BendingConstraints, DistanceConstraints, Tethers
+from .constraints.pressure import PressureConstraint
+from .constraints.sewing import SewingConstraints
+from .constraints.shrink import RestScale
+from .constraints.skinned import SkinnedConstraints
 from .params import ClothParams, SolverError
 
 
@@ -85,6 +89,13 @@ class Model:
         # The triangle edges and faces the capsule contacts of edges and faces visit.
         self.surface = surface_edges(self.triangles, self.rest_positions)
 
+        # Garment authoring (constraints/sewing, pressure, skinned, shrink):
+        # inactive until set_sewing / set_uv / set_garment_weights and params.
+        self.sewing = SewingConstraints(n)
+        self.pressure = PressureConstraint(self.rest_positions, self.triangles, self.tris_soa)
+        self.skinned = SkinnedConstraints(n)
+        self.rest_scale = RestScale(self)
+
         # Solver scratch (one step at a time per model).
         self.prev = np.zeros((3, n), dtype=np.float32)
         self.hit = np.zeros(n, dtype=np.int32)
@@ -106,8 +117,10 @@ class Model:
     @property
     def constraints(self):
         """The constraint sets in the order the substep loop takes their
-        records (loop._run's stretch, shear, bend, tether, limits)."""
-        return (self.stretch, self.shear, self.bend, self.tethers, self.limits)
+        records (loop._run's stretch, shear, bend, tether, limits, sewing,
+        pressure, skinned)."""
+        return (self.stretch, self.shear, self.bend, self.tethers, self.limits, self.sewing, self.pressure,
+                self.skinned)
 
     # -- pins ---------------------------------------------------------------
 
@@ -136,8 +149,63 @@ class Model:
         self.shear.set_inverse_masses(self.inv_mass)
         self.limits.set_inverse_masses(self.inv_mass)
         self.bend.set_inverse_masses(self.inv_mass)
+        self.sewing.set_inverse_masses(self.inv_mass)
+        self.pressure.set_inverse_masses(self.inv_mass)
+        self.skinned.set_inverse_masses(self.inv_mass)
         self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass)
         return True
+
+    # -- garment authoring -----------------------------------------------------
+
+    def set_sewing(self, pairs):
+        """Stitch vertex pairs (m, 2) of different panels (Blender's loose
+        edges); None or empty removes them. Raises SolverError and changes
+        nothing for a pair inside one panel or at a vertex in no polygon."""
+        sewing = SewingConstraints(self.n, pairs, self.face_indices, self.face_sizes)
+        sewing.set_inverse_masses(self.inv_mass)
+        self.sewing = sewing
+        self.pin_version += 1   # step() rebuilds its cached records
+
+    def set_uv(self, corner_uv):
+        """The UV map, one (u, v) per polygon corner (Blender's loop order),
+        that warp and weft settings follow; None removes it."""
+        self.rest_scale.set_uv(corner_uv)
+        self.pin_version += 1
+
+    def set_garment_weights(self, **weights):
+        """Per-vertex (n,) weights, 0..1: shrink, stretch, shear, bend
+        (painted stiffness and shrink, constraints/shrink.py), pressure (where
+        pressure acts), max_distance, backstop (constraints/skinned.py). A
+        name given None goes back to its default. Raises SolverError and
+        changes nothing on bad weights."""
+        rest = {k: weights.pop(k) for k in ("shrink", "stretch", "shear", "bend") if k in weights}
+        pressure = weights.pop("pressure", False)
+        skinned = {k: weights.pop(k) for k in ("max_distance", "backstop") if k in weights}
+        if weights:
+            raise SolverError(f"unknown garment weights {sorted(weights)}")
+        n = self.n
+        for name, w in list(rest.items()) + list(skinned.items()) + [("pressure", pressure)]:
+            if w is None or w is False:
+                continue
+            a = np.asarray(w, dtype=np.float64).ravel()
+            if a.shape != (n,) or not np.all(np.isfinite(a)) or a.min(initial=0) < 0:
+                raise SolverError(f"{name} weights must have shape ({n},) and be finite and >= 0")
+        if rest:
+            self.rest_scale.set_weights(**rest)
+        if pressure is not False:
+            self.pressure.set_weight(np.ones(n, np.float32) if pressure is None else pressure)
+        if skinned:
+            ones = np.ones(n, np.float32)
+            self.skinned.set_weights(
+                distance=None if "max_distance" not in skinned else
+                (ones if skinned["max_distance"] is None else skinned["max_distance"]),
+                backstop=None if "backstop" not in skinned else
+                (ones if skinned["backstop"] is None else skinned["backstop"]))
+        self.pin_version += 1
+
+    def garment_general(self, params):
+        """True when a garment setting needs loop.run_general's kernels."""
+        return bool(len(self.sewing) or params.pressure or params.max_distance > 0 or params.backstop_radius > 0)
 
     # -- collider mask ---------------------------------------------------------
 

@@ -95,6 +95,45 @@ class ClothParams:
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0
 
+    # Garment authoring (all off by default; see constraints/sewing.py,
+    # shrink.py, pressure.py, skinned.py and Model.set_sewing / set_garment_weights).
+    # Sewing: the model's stitches (Model.set_sewing) are zero-length distance
+    # constraints of this compliance (m/N), each pulling with at most
+    # sewing_max_force newtons (0 = no limit) until the seam closes.
+    sewing_compliance: float = 0.0
+    sewing_max_force: float = 0.0
+    # Rest lengths scale by 1 - shrink (negative grows); with a shrink group,
+    # shrink + (shrink_max - shrink) * weight. shrink_warp / shrink_weft
+    # shrink further along the UV map's U and V axes (Model.set_uv).
+    shrink: float = 0.0
+    shrink_max: float = 0.0
+    shrink_warp: float = 0.0
+    shrink_weft: float = 0.0
+    # Painted stiffness: a vertex of weight w in the class's group is
+    # 1 + (max - 1) w times as stiff (Blender's property weights: the base
+    # stiffness at weight 0, max times it at weight 1).
+    stretch_weight_max: float = 1.0
+    shear_weight_max: float = 1.0
+    bend_weight_max: float = 1.0
+    # Anisotropic stretch: an edge running along U has stretch_compliance *
+    # warp_compliance_scale, along V * weft_compliance_scale, between them
+    # cos^2 / sin^2 blended (needs Model.set_uv).
+    warp_compliance_scale: float = 1.0
+    weft_compliance_scale: float = 1.0
+    # Pressure: a closed mesh keeps pressure_volume times its rest volume,
+    # with pressure_compliance (m^5/N: volume error in m^3 per pascal of
+    # the pressure that holds it, 0 = incompressible).
+    pressure: bool = False
+    pressure_volume: float = 1.0
+    pressure_compliance: float = 0.0
+    # Skinned constraints (m, 0 = off): each vertex stays within
+    # max_distance (times its weight) of its animated position (the pin
+    # targets), and outside a sphere of backstop_radius whose surface lies
+    # backstop_distance behind the animated surface.
+    max_distance: float = 0.0
+    backstop_distance: float = 0.0
+    backstop_radius: float = 0.0
+
     def validate(self):
         if int(self.substeps) < 1:
             raise SolverError(f"ClothParams.substeps must be >= 1, got {self.substeps}")
@@ -109,10 +148,18 @@ class ClothParams:
             "pin_compliance", "air_drag", "air_density", "drag_coefficient",
             "lift_coefficient", "collision_margin", "friction_static", "friction_kinetic",
             "tether_scale",
+            "sewing_compliance", "sewing_max_force", "pressure_volume", "pressure_compliance",
+            "max_distance", "backstop_distance", "backstop_radius",
+            "stretch_weight_max", "shear_weight_max", "bend_weight_max",
+            "warp_compliance_scale", "weft_compliance_scale",
         ):
             v = float(getattr(self, name))
             if not np.isfinite(v) or v < 0.0:
                 raise SolverError(f"ClothParams.{name} must be finite and >= 0, got {v}")
+        for name in ("shrink", "shrink_max", "shrink_warp", "shrink_weft"):
+            v = float(getattr(self, name))
+            if not np.isfinite(v) or v >= 1.0:
+                raise SolverError(f"ClothParams.{name} must be finite and < 1 (1 shrinks to nothing), got {v}")
         if float(self.max_velocity) < 0 or np.isnan(float(self.max_velocity)):
             raise SolverError(f"ClothParams.max_velocity must be >= 0, got {self.max_velocity}")
 

@@ -94,6 +94,11 @@ def _config(params, h):
     c["use_edges"] = 1.0 if params.edge_contacts else 0.0
     c["substeps"] = int(params.substeps)
     c["iterations"] = int(params.iterations)
+    c["a_sew"], c["sew_force"] = params.sewing_compliance, params.sewing_max_force
+    c["a_pressure"], c["pressure_volume"] = params.pressure_compliance, params.pressure_volume
+    c["use_pressure"] = 1.0 if params.pressure else 0.0
+    c["max_distance"] = params.max_distance
+    c["backstop_distance"], c["backstop_radius"] = params.backstop_distance, params.backstop_radius
     return config
 
 
@@ -226,6 +231,7 @@ def _prepare(model, params, key, dt, h):
     c = config[0]
     # alpha~ exactly as the kernels compute it (float32), for the fast paths.
     inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))
+    model.rest_scale.update(params)   # shrink, painted stiffness, warp/weft (constraints/shrink.py)
     prepared = [constraints.prepare(c, inv_h2) for constraints in model.constraints]
     records = tuple(p[0] for p in prepared)
     fast_records = tuple(p[1] for p in prepared)
@@ -235,4 +241,5 @@ def _prepare(model, params, key, dt, h):
     # wind, checked per step) run loop.run, which holds only the fast
     # kernels: less to compile.
     default = bool(c["iterations"] == 1 and c["d_stretch"] == 0 and c["d_shear"] == 0 and c["d_bend"] == 0)
+    default = default and not model.garment_general(params)   # sewing, pressure, skinned: run_general
     return _StepCache(key, dt, model.pin_version, config, soft_alpha, records, fast_records, default)

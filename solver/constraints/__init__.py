@@ -8,7 +8,11 @@ records for a step, the kernels), its place in Model.constraints
 
 from .bending import BendingConstraints, BendingRecord
 from .distance import DistanceConstraints, DistanceRecord
+from .pressure import PressureConstraint, PressureRecord
+from .sewing import SewingConstraints, SewingRecord
+from .skinned import SkinnedConstraints, SkinnedRecord
 from .tethers import TetherRecord, Tethers
 
 __all__ = ["BendingConstraints", "BendingRecord", "DistanceConstraints", "DistanceRecord", "TetherRecord",
-           "Tethers"]
+           "Tethers", "PressureConstraint", "PressureRecord", "SewingConstraints", "SewingRecord",
+           "SkinnedConstraints", "SkinnedRecord"]

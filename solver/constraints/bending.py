@@ -47,6 +47,7 @@ class BendingConstraints:
         self.coef[:, 3] = self.rest
         self.c = self.coef[:, 4:8].T
         self._coef_alpha = None
+        self.alpha_scale = None   # per-element factor on the compliance (painted stiffness; None = 1)
 
     def __len__(self):
         return len(self.rest)
@@ -61,7 +62,8 @@ class BendingConstraints:
         """c_j = w_j k_j / (sum_j w_j k_j^2 + alpha~) for the fast kernel."""
         if self._coef_alpha == alpha_tilde:
             return
-        den = self.swk2.astype(np.float64) + alpha_tilde
+        den = self.swk2.astype(np.float64) + (alpha_tilde if self.alpha_scale is None
+                                              else alpha_tilde * self.alpha_scale)
         den[den == 0] = 1.0
         self.c[:] = self.wk.astype(np.float64) / den
         self._coef_alpha = alpha_tilde

@@ -72,6 +72,9 @@ class DistanceConstraints:
         self.ca = self.coef[:, 0]
         self.cb = self.coef[:, 1]
         self._coef_alpha = None
+        # Per-constraint factor on the compliance (painted stiffness, warp and
+        # weft; None = 1): read by the fast kernels' coefficients only.
+        self.alpha_scale = None
 
     def __len__(self):
         return len(self.a)
@@ -93,7 +96,7 @@ class DistanceConstraints:
             return
         wa = self.wa.astype(np.float64)
         wb = self.wb.astype(np.float64)
-        den = wa + wb + alpha_tilde
+        den = wa + wb + (alpha_tilde if self.alpha_scale is None else alpha_tilde * self.alpha_scale)
         den[den == 0] = 1.0
         self.ca[:] = self.relaxation * wa / den
         self.cb[:] = self.relaxation * wb / den
