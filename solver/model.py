@@ -136,7 +136,8 @@ class Model:
         self.shear.set_inverse_masses(self.inv_mass)
         self.limits.set_inverse_masses(self.inv_mass)
         self.bend.set_inverse_masses(self.inv_mass)
-        self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass)
+        self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass,
+                               triangles=self.triangles)
         return True
 
     # -- collider mask ---------------------------------------------------------
