@@ -1,14 +1,15 @@
 """Hanging sheets at the add-on's default settings, judged by their edge
 strain against the rest lengths once settled (the oracle: l / rest - 1 per
 structural edge, computed here from the positions), over resolutions, pin
-layouts and substeps; and the tether lengths the solve relies on, against
-exact distances over flat and curved rest surfaces."""
+layouts and substeps; the tether lengths the solve relies on, against
+exact distances over flat and curved rest surfaces; and the sheet's
+mechanical energy after a sphere has passed through it."""
 
 import numpy as np
 import pytest
 
 import oracles
-from drape.solver import ClothParams, build_model, step, topology, vertex_masses
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, topology, vertex_masses
 from drape.solver import model as model_module
 
 # The add-on's defaults (properties.py) at 24 frames a second.
@@ -141,3 +142,51 @@ def test_tethers_over_a_flat_sheet_are_straight(nx):
     # Along the edges alone the same tethers are longer off the grid's axes.
     _, _, along = topology.geodesic_tethers(rest, model.graph_edges, np.flatnonzero(held))
     assert len(along) == len(v) and along.sum() > straight.sum() * 1.01
+
+
+def _sphere_through(model, state, params, speed, mass, after):
+    """A 15 cm sphere through the middle of the hanging sheet along y at
+    `speed` m/s, then `after` frames without it: the sheet's mechanical
+    energy (kinetic + gravitational, J) and its largest vertex movement
+    (m) in each of those frames."""
+    dt = 1 / 24
+    radius = np.array([0.15])
+    y = -0.5
+    while y < 0.5:
+        a0, a1 = np.array([[0.5, y, 0.5]]), np.array([[0.5, y + speed * dt, 0.5]])
+        step(model, state, StepInputs(capsules=Capsules(a0=a0, b0=a0, a1=a1, b1=a1, radius_a=radius,
+                                                        radius_b=radius)), dt, params)
+        y += speed * dt
+    energy, moves = [], []
+    for _ in range(after):
+        before = state.positions.astype(np.float64)
+        step(model, state, None, dt, params)
+        x, v = state.positions.astype(np.float64), state.velocities.astype(np.float64)
+        energy.append(0.5 * float((mass * (v * v).sum(axis=0)).sum()) + 9.81 * float((mass * x[2]).sum()))
+        moves.append(float(np.abs(x - before).max()))
+    return np.asarray(energy), np.asarray(moves)
+
+
+@pytest.mark.parametrize("nx", [20, 30])
+@pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
+@pytest.mark.parametrize("speed", [1.0, 4.0])
+def test_energy_leaves_the_sheet_after_a_sphere_passes(nx, layout, speed):
+    """After the sphere has gone, nothing pumps energy back in (no jitter
+    from the tethers, limits or the contacts just released): the most
+    mechanical energy in each second is below the second before's; and
+    with a strong air drag the sheet comes to rest (every vertex under
+    0.1 mm a frame) instead of settling into a jitter."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, layout).astype(float)
+    mass = vertex_masses(rest, fi, fs, 0.15).astype(np.float64)
+    for drag in (ADDON["air_drag"], 3.0):
+        params = ClothParams(**{**ADDON, "air_drag": drag})
+        model = build_model(rest, fi, fs, mass, held, params)
+        state = model.new_state()
+        for _ in range(48):
+            step(model, state, None, 1 / 24, params)
+        energy, moves = _sphere_through(model, state, params, speed, mass, 144)
+        peaks = energy.reshape(-1, 24).max(axis=1)
+        assert np.all(np.diff(peaks) < 0), peaks
+        if drag > 1.0:
+            assert moves[-24:].max() < 1e-4, moves[-24:].max()
