@@ -779,6 +779,14 @@ def equal_quality_rows(scene_name, runs, blender_rec, default_rec, found, probes
     return out
 
 
+def two_corner_sheet(res):
+    """The benchmark sheet pinned at the two ends of its top row only."""
+    sheet = bs.Sheet(res)
+    sheet.pin_weight = np.zeros(sheet.n)
+    sheet.pin_weight[[0, res]] = 1.0
+    return sheet
+
+
 def warm_drape():
     """Compile the solver's kernels once so the timed runs measure steps, not numba."""
     t0 = time.perf_counter()
@@ -826,6 +834,8 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--frames", type=int, default=48, help="frames of the 10k cases (24 fps)")
     ap.add_argument("--out", default=OUT_DIR)
+    ap.add_argument("--two-corners-only", action="store_true",
+                    help="only the comparison on the sheet pinned at its two top corners")
     args = ap.parse_args(argv)
 
     quick = args.quick
@@ -849,6 +859,31 @@ def main(argv=None):
     cross10 = (frames // 2, frames)
     S = "hanging_sheet_sphere"
     candidates = [4, 8, 16] if quick else SUBSTEP_CANDIDATES
+
+    # 0. A 50 x 50 sheet pinned at its two top corners only, the same sphere:
+    # the pull crosses the sheet between the pins, where a whole pinned row
+    # hides an unconverged solve.
+    corners_sheet = two_corner_sheet(20 if quick else 50)
+    corners_frames = 24 if quick else 96
+    SC = "two_corner_sheet_sphere"
+    cross_c = (corners_frames // 2, corners_frames)
+    bc, dc = paired(runs, BlenderCase(SC, corners_sheet, corners_frames, match, 5, crossing_frames=cross_c,
+                                      note="Blender Cloth defaults, quality 5, pinned at two corners")
+                    if use_blender else None,
+                    DrapeCase(SC, corners_sheet, corners_frames, match, default_substeps, crossing_frames=cross_c,
+                              note="Drape with the add-on defaults, pinned at two corners"))
+    bcr = bc.record() if bc is not None else None
+    dcr = dc.record(vs=bcr, equal_quality="default_settings")
+    if bcr is not None:
+        criteria = {"equal_strain": STRAIN_COLUMNS, "equal_quality": ALL_COLUMNS}
+        found, probes = substep_search(
+            lambda n: dc if n == default_substeps else DrapeCase(SC, corners_sheet, corners_frames, match, n,
+                                                                 crossing_frames=cross_c),
+            candidates, bcr, criteria)
+        equal_quality_rows(SC, runs, bcr, dcr, found, probes, candidates, criteria, "quality_5_two_corners")
+    if args.two_corners_only:
+        print_table()
+        return 0
 
     # 1. Blender at its default quality 5 against Drape at the add-on's defaults, on the matched scene.
     b5, d_def = paired(runs, BlenderCase(S, sheet10, frames, match, 5, crossing_frames=cross10,

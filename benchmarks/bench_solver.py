@@ -2,8 +2,11 @@
 capsule swinging back and forth through it), growth with resolution, JIT
 compile time. One JSON line per case; never part of the test suite.
 
-    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick])
+    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick] [--pinned])
     .venv/bin/python benchmarks/bench_solver.py --case garment   (only the garment rows)
+
+--pinned runs only the pinned-sheet rows (strain once settled, tethers on
+and off) and the settling rows (a sphere through a hanging sheet).
 
 Timings are per-step medians of single-threaded steps after warm-up. On a
 shared machine they are noisy: compare medians from the same run. The target
@@ -23,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from common import HostProbe, edge_strain, emit, hanging_sheet, median_ms, quiet_median, swinging_capsule  # noqa: E402
 
-from drape.solver import ClothParams, StepInputs, build_model, step, vertex_masses  # noqa: E402
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses  # noqa: E402
 
 DT = 1.0 / 60.0
 
@@ -121,18 +124,22 @@ ADDON_DEFAULTS = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_comp
 PIN_LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
 
 
-def pinned_sheet(nx, layout, frames=96, fps=24):
-    """A 1 m sheet of nx x nx quads hung by one corner, its two top corners,
-    its top row or its left and right columns, at the add-on's defaults:
-    ms per step and the edge strain once it has hung for `frames` frames
-    (max_stretch: the largest l / rest - 1; mean_abs_strain: the mean of
-    |l / rest - 1|, compression counts)."""
+def _pinned_model(nx, layout, params):
     rest, fi, fs, _ = hanging_sheet(nx, nx)
     top, left, right = (np.isclose(rest[:, 2], 1.0), np.isclose(rest[:, 0], 0.0), np.isclose(rest[:, 0], 1.0))
     held = {"one_corner": top & left, "two_corners": top & (left | right), "one_edge": top,
             "two_edges": left | right}[layout]
-    params = ClothParams(**ADDON_DEFAULTS)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(np.float32), params)
+    return build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(np.float32), params)
+
+
+def pinned_sheet(nx, layout, frames=96, fps=24, tethers=True):
+    """A 1 m sheet of nx x nx quads hung by one corner, its two top corners,
+    its top row or its left and right columns, at the add-on's defaults:
+    ms per step and the edge strain once it has hung for `frames` frames
+    (max_stretch: the largest l / rest - 1; mean_strain: the mean of
+    |l / rest - 1|, compression counts)."""
+    params = ClothParams(**ADDON_DEFAULTS, tethers=tethers)
+    model = _pinned_model(nx, layout, params)
     state = model.new_state()
     times = []
     for _ in range(frames):
@@ -140,9 +147,45 @@ def pinned_sheet(nx, layout, frames=96, fps=24):
         step(model, state, None, 1.0 / fps, params)
         times.append(time.thread_time() - c0)
     s = edge_strain(state.positions_aos(), model.stretch.pairs, model.stretch.rest)
-    return dict(scene=f"pinned_sheet_{layout}", vertices=int(model.n), substeps=params.substeps, threads=1,
-                fps=fps, frames=frames, ms_per_step_median=round(median_ms(times[frames // 4:]), 4),
-                max_stretch=round(float(s.max()), 5), mean_abs_strain=round(float(np.abs(s).mean()), 5))
+    return dict(scene=f"pinned_sheet_{layout}" + ("" if tethers else "_no_tethers"), vertices=int(model.n),
+                substeps=params.substeps, threads=1, tethers=tethers, fps=fps, frames=frames,
+                ms_per_step_median=round(median_ms(times[frames // 4:]), 4),
+                max_stretch=round(float(s.max()), 5), mean_strain=round(float(np.abs(s).mean()), 5))
+
+
+def sphere_hit_settling(nx, layout, speed=1.0, fps=24, hung=48, after=240, air_drag=None):
+    """The pinned sheet hung for `hung` frames, then a 15 cm sphere passes
+    through its middle along y at `speed` m/s and leaves: the largest
+    vertex movement per frame (mm) 2 s after it left, and the first frame
+    after it left with every vertex moving under 0.1 mm (None: not within
+    `after` frames). air_drag: None = the add-on's default."""
+    settings = dict(ADDON_DEFAULTS)
+    if air_drag is not None:
+        settings["air_drag"] = air_drag
+    params = ClothParams(**settings)
+    model = _pinned_model(nx, layout, params)
+    state = model.new_state()
+    dt = 1.0 / fps
+    for _ in range(hung):
+        step(model, state, None, dt, params)
+    y = -0.5
+    radius = np.array([0.15])
+    while y < 0.5:
+        a0, a1 = np.array([[0.5, y, 0.5]]), np.array([[0.5, y + speed * dt, 0.5]])
+        step(model, state, StepInputs(capsules=Capsules(a0=a0, b0=a0, a1=a1, b1=a1, radius_a=radius,
+                                                        radius_b=radius)), dt, params)
+        y += speed * dt
+    moves = []
+    for _ in range(after):
+        before = state.positions.copy()
+        step(model, state, None, dt, params)
+        moves.append(float(np.abs(state.positions - before).max()) * 1e3)
+    moves = np.asarray(moves)
+    still = np.flatnonzero(moves < 0.1)
+    return dict(scene=f"sphere_hit_settling_{layout}", vertices=int(model.n), substeps=params.substeps, threads=1,
+                fps=fps, sphere_speed_m_s=speed, air_drag=params.air_drag,
+                move_mm_per_frame_2s_after=round(float(moves[2 * fps - 1]), 4),
+                frames_to_settle=int(still[0]) + 1 if len(still) else None, ms_per_step_median=None)
 
 
 def compile_times():
@@ -242,12 +285,24 @@ def garment_rows(blocks=4, warmup=60, measured=120):
              ratio_median=round(median_ms(on_) / median_ms(off), 3),
              ratio_per_block=[round(x, 3) for x in per_block], steps=blocks * measured,
              load_avg_1min=round(os.getloadavg()[0], 2))
+def pinned_rows(quick):
+    """The pinned-sheet and settling rows (--pinned runs only these)."""
+    for nx in ((20, 50) if quick else (20, 50, 100)):
+        for layout in PIN_LAYOUTS:
+            emit(**pinned_sheet(nx, layout))
+            emit(**pinned_sheet(nx, layout, tethers=False))
+    for layout in ("two_corners", "one_edge"):
+        for drag in (None, 1.0):
+            emit(**sphere_hit_settling(50, layout, air_drag=drag))
 
 
 def main():
     quick = "--quick" in sys.argv
     if "--case" in sys.argv and sys.argv[sys.argv.index("--case") + 1:][:1] == ["garment"]:
         garment_rows()   # only the garment rows
+        return
+    if "--pinned" in sys.argv:
+        pinned_rows(quick)
         return
     ct = compile_times()
     emit(scene="jit_compile", vertices=81, substeps=2, threads=1, ms_per_step_median=None,
@@ -263,9 +318,7 @@ def main():
     for limits in (True, False):
         row = swinging(32, 20, True, scene="sheet32_20_substeps_swinging_capsule", limits=limits, repeats=3)
         emit(**row)
-    for nx in ((20, 50) if quick else (20, 50, 100)):
-        for layout in PIN_LAYOUTS:
-            emit(**pinned_sheet(nx, layout))
+    pinned_rows(quick)
     sizes = (32, 64, 100) if quick else (32, 64, 100, 200, 300)
     base = None
     for nx in sizes:

@@ -152,7 +152,8 @@ class Model:
         self.sewing.set_inverse_masses(self.inv_mass)
         self.pressure.set_inverse_masses(self.inv_mass)
         self.skinned.set_inverse_masses(self.inv_mass)
-        self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass)
+        self.tethers = Tethers(self.rest_positions, self.graph_edges, self.kinematic, self.inv_mass,
+                               triangles=self.triangles)
         return True
 
     # -- garment authoring -----------------------------------------------------

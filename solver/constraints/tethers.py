@@ -26,8 +26,11 @@ TetherRecord = namedtuple("TetherRecord", "vertex anchor length w coef vertex_re
 class Tethers:
     """The tethers of one set of pins."""
 
-    def __init__(self, rest_positions, graph_edges, kinematic, inv_mass):
-        tv, ta, tl = topology.geodesic_tethers(rest_positions, graph_edges, kinematic.astype(np.int64))
+    def __init__(self, rest_positions, graph_edges, kinematic, inv_mass, triangles=None):
+        """triangles: the rest mesh's, for lengths straight across its flat
+        parts (topology.geodesic_tethers); None: along the edges."""
+        tv, ta, tl = topology.geodesic_tethers(rest_positions, graph_edges, kinematic.astype(np.int64),
+                                               triangles=triangles)
         self.vertex = np.ascontiguousarray(tv, dtype=np.uint32)
         self.anchor = np.ascontiguousarray(ta, dtype=np.uint32)
         self.vertex_rec = np.ascontiguousarray(tv * 4, dtype=np.uint32)

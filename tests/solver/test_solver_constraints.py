@@ -394,7 +394,8 @@ def _dijkstra_reference(rest, edges, sources):
 def test_tethers_reach_the_nearest_pin_of_each_of_the_two_nearest_pinned_regions():
     """Three pinned regions (two corners of the top row and the middle of the
     bottom row): every free vertex gets one tether per region for its two
-    nearest regions, each the geodesic distance to that region."""
+    nearest regions, each the geodesic distance to that region, which on a
+    flat convex sheet is the straight distance to its nearest pin."""
     rest, fi, fs = oracles.grid_sheet(7, 7)
     n = len(rest)
     top = np.flatnonzero(np.isclose(rest[:, 2], 1.0))
@@ -402,8 +403,7 @@ def test_tethers_reach_the_nearest_pin_of_each_of_the_two_nearest_pinned_regions
     regions = [top[:2], top[-2:], bottom[2:5]]
     pinned = np.concatenate(regions)
     model = build_model(rest, fi, fs, np.ones(n), np.isin(np.arange(n), pinned).astype(float), ClothParams())
-    edges = model.graph_edges
-    ref = [_dijkstra_reference(rest, edges, r) for r in regions]
+    ref = [np.linalg.norm(rest[:, None, :] - rest[None, r, :], axis=2).min(axis=1) for r in regions]
     v, a, length = (model.tethers.vertex.astype(int), model.tethers.anchor.astype(int),
                     model.tethers.length.astype(float))
     free = np.setdiff1d(np.arange(n), pinned)
@@ -412,10 +412,24 @@ def test_tethers_reach_the_nearest_pin_of_each_of_the_two_nearest_pinned_regions
         mine = sorted(length[v == i])
         expected = sorted(r[i] for r in ref)[:2]
         assert np.allclose(mine, expected, atol=1e-5), (i, mine, expected)
-        # Each tether's anchor is a pinned vertex at that geodesic distance.
+        # Each tether's anchor is a pinned vertex at that distance.
         for anc, ln in zip(a[v == i], length[v == i]):
             assert anc in pinned
-            assert abs(_dijkstra_reference(rest, edges, [anc])[i] - ln) < 1e-5
+            assert abs(np.linalg.norm(rest[i] - rest[anc]) - ln) < 1e-5
+
+
+def test_tethers_along_the_edges_without_the_triangles():
+    """Without the triangles (topology.geodesic_tethers' default) the
+    lengths are the shortest paths along the graph's edges (Dijkstra)."""
+    rest, fi, fs = oracles.grid_sheet(7, 7)
+    model = build_model(rest, fi, fs, np.ones(len(rest)), np.isclose(rest[:, 2], 1.0).astype(float) * 0)
+    edges = model.graph_edges
+    pins = np.array([0, 7])
+    v, a, length = topology.geodesic_tethers(rest, edges, pins, regions=1)
+    ref = _dijkstra_reference(rest, edges, pins)
+    assert np.allclose(length, [ref[int(i)] for i in v], atol=1e-6)
+    # The paths along edges are longer than the straight distances off the axes.
+    assert np.any(length > np.linalg.norm(rest[v] - rest[a], axis=1) + 1e-3)
 
 
 @pytest.mark.parametrize("nx,substeps", [(20, 4), (30, 4), (30, 8)])

@@ -1,0 +1,227 @@
+"""Hanging sheets at the add-on's default settings, judged by their edge
+strain against the rest lengths once settled (the oracle: l / rest - 1 per
+structural edge, computed here from the positions), over resolutions, pin
+layouts and substeps; the tether lengths the solve relies on, against
+exact distances over flat and curved rest surfaces; and the sheet's
+mechanical energy after a sphere has passed through it."""
+
+import numpy as np
+import pytest
+
+import oracles
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, topology, vertex_masses
+from drape.solver import model as model_module
+
+# The add-on's defaults (properties.py) at 24 frames a second.
+ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
+
+
+def held_vertices(rest, layout):
+    top, left, right = (np.isclose(rest[:, 2], 1.0), np.isclose(rest[:, 0], 0.0), np.isclose(rest[:, 0], 1.0))
+    return {"one_corner": top & left, "two_corners": top & (left | right), "one_edge": top,
+            "two_edges": left | right}[layout]
+
+
+def settled_strain(nx, layout, frames=96, **settings):
+    """Edge strains of a 1 m sheet of nx x nx quads hung in the XZ plane for
+    `frames` frames at 24 fps."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held_vertices(rest, layout).astype(float),
+                        params)
+    state = model.new_state()
+    for _ in range(frames):
+        step(model, state, None, 1 / 24, params)
+    x = state.positions_aos().astype(np.float64)
+    assert np.all(np.isfinite(x))
+    return oracles.edge_strain(x, model.stretch.pairs, rest)
+
+
+# One corner: the sheet swings 45 degrees in its own plane and the one
+# iteration per substep lets it fold over itself in that plane; two opposite
+# edges at 100 x 100: rows 100 edges long between the pins settle just over
+# 1 % mean strain.
+_UNMET = {("one_corner", 20), ("one_corner", 30), ("one_corner", 50), ("one_corner", 100), ("two_edges", 100)}
+
+
+def _cases():
+    for nx in (20, 30, 50, 100):
+        for layout in LAYOUTS:
+            for substeps in ((4, 8) if nx <= 30 else (4,)):
+                marks = [pytest.mark.slow] if nx >= 100 else []
+                if (layout, nx) in _UNMET and substeps == 4:
+                    marks.append(pytest.mark.xfail(strict=True, reason="not converged at the default substeps"))
+                yield pytest.param(nx, layout, substeps, marks=marks, id=f"{layout}-{nx}x{nx}-{substeps}sub")
+
+
+@pytest.mark.parametrize("nx,layout,substeps", list(_cases()))
+def test_hanging_sheet_settles_converged(nx, layout, substeps):
+    """Settled, no edge stretches more than 10 % and the mean |strain| is
+    at most 1 %."""
+    s = settled_strain(nx, layout, substeps=substeps)
+    assert s.max() <= 0.10, f"max stretch {s.max():.3f}"
+    assert np.abs(s).mean() <= 0.01, f"mean |strain| {np.abs(s).mean():.4f}"
+
+
+@pytest.mark.parametrize("nx", [20, 30, pytest.param(50, marks=pytest.mark.slow)])
+def test_two_corners_need_tethers_of_straight_length(nx, monkeypatch):
+    """Hung from two corners with tethers along the mesh's edges (lengths
+    up to 8 % over the straight distance) the sheet is held where those
+    lengths put it, torn along its middle: the straight lengths are what
+    converges it (the test can fail)."""
+    assert settled_strain(nx, "two_corners").max() <= 0.10
+    tethers = model_module.Tethers
+
+    def along_edges(*args, triangles=None):
+        return tethers(*args)
+
+    monkeypatch.setattr(model_module, "Tethers", along_edges)
+    assert settled_strain(nx, "two_corners").max() > 0.10
+
+
+@pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
+def test_without_tethers_the_default_solve_does_not_hold_a_sheet(layout):
+    """Tethers off, one iteration of the edges alone cannot carry the
+    sheet's weight to its pins: the edges at the pins stretch (this is
+    what the tethers are for; if the edges alone ever converge, drop the
+    tethers from the defaults)."""
+    s = settled_strain(30, layout, tethers=False)
+    assert s.max() > 0.10
+
+
+def _half_cylinder(nu, nz, radius=0.3, height=1.0):
+    """A half cylinder (a prism of nu flat facets) around the z axis: rest,
+    faces, sizes and each vertex unrolled into the plane (the facets laid
+    side by side, so the straight line between two unrolled points is their
+    exact geodesic over the facets)."""
+    theta = np.linspace(0.0, np.pi, nu + 1)
+    zs = np.linspace(height, 0.0, nz + 1)
+    t, z = np.meshgrid(theta, zs)
+    rest = np.stack([radius * np.cos(t.ravel()), radius * np.sin(t.ravel()), z.ravel()], axis=1)
+    idx = np.arange((nu + 1) * (nz + 1)).reshape(nz + 1, nu + 1)
+    quads = np.stack([idx[:-1, :-1], idx[1:, :-1], idx[1:, 1:], idx[:-1, 1:]], axis=-1)
+    facet = 2.0 * radius * np.sin(np.pi / (2 * nu))
+    column = np.meshgrid(np.arange(nu + 1), zs)[0]
+    unrolled = np.stack([facet * column.ravel(), z.ravel()], axis=1)
+    return rest, quads.reshape(-1).astype(np.int64), np.full(nu * nz, 4, dtype=np.int64), unrolled
+
+
+@pytest.mark.parametrize("nu,nz", [(8, 10), (24, 30)])
+def test_tethers_are_never_shorter_than_the_surface_path(nu, nz):
+    """Over a half cylinder pinned at one corner a tether may cut across
+    the faces only where they are flat: no length is shorter than the
+    exact geodesic (the unrolled distance), so no tether pulls the cloth
+    through what it is draped over; along the cylinder's axis, where it is
+    straight, the lengths are exact."""
+    rest, fi, fs, unrolled = _half_cylinder(nu, nz)
+    pin = np.zeros(len(rest))
+    pin[0] = 1.0
+    model = build_model(rest, fi, fs, np.ones(len(rest)), pin)
+    v, a = model.tethers.vertex.astype(int), model.tethers.anchor.astype(int)
+    exact = np.linalg.norm(unrolled[v] - unrolled[a], axis=1)
+    length = model.tethers.length.astype(np.float64)
+    assert np.all(length >= exact * (1 - 1e-5))
+    chord = np.linalg.norm(rest[v] - rest[a], axis=1)
+    assert np.any(chord < exact * 0.99)  # the chords through the cylinder are shorter (the test can fail)
+    column = np.isclose(rest[v, 0], rest[0, 0]) & np.isclose(rest[v, 1], rest[0, 1])
+    assert np.allclose(length[column], exact[column], atol=1e-6)
+
+
+@pytest.mark.parametrize("nx", [7, 20])
+def test_tethers_over_a_flat_sheet_are_straight(nx):
+    """On a flat sheet every tether is the straight rest distance to its
+    anchor, the nearest pin of its region."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx, plane="xy")
+    held = np.isclose(rest[:, 1], 1.0) & (np.isclose(rest[:, 0], 0.0) | np.isclose(rest[:, 0], 1.0))
+    model = build_model(rest, fi, fs, np.ones(len(rest)), held.astype(float))
+    v, a = model.tethers.vertex.astype(int), model.tethers.anchor.astype(int)
+    straight = np.linalg.norm(rest[v] - rest[a], axis=1)
+    assert np.allclose(model.tethers.length, straight, atol=1e-5)
+    assert len(v) == 2 * (len(rest) - 2)
+    # Along the edges alone the same tethers are longer off the grid's axes.
+    _, _, along = topology.geodesic_tethers(rest, model.graph_edges, np.flatnonzero(held))
+    assert len(along) == len(v) and along.sum() > straight.sum() * 1.01
+
+
+def _sphere_through(model, state, params, speed, mass, after):
+    """A 15 cm sphere through the middle of the hanging sheet along y at
+    `speed` m/s, then `after` frames without it: the sheet's mechanical
+    energy (kinetic + gravitational, J) and its largest vertex movement
+    (m) in each of those frames."""
+    dt = 1 / 24
+    radius = np.array([0.15])
+    y = -0.5
+    while y < 0.5:
+        a0, a1 = np.array([[0.5, y, 0.5]]), np.array([[0.5, y + speed * dt, 0.5]])
+        step(model, state, StepInputs(capsules=Capsules(a0=a0, b0=a0, a1=a1, b1=a1, radius_a=radius,
+                                                        radius_b=radius)), dt, params)
+        y += speed * dt
+    energy, moves = [], []
+    for _ in range(after):
+        before = state.positions.astype(np.float64)
+        step(model, state, None, dt, params)
+        x, v = state.positions.astype(np.float64), state.velocities.astype(np.float64)
+        energy.append(0.5 * float((mass * (v * v).sum(axis=0)).sum()) + 9.81 * float((mass * x[2]).sum()))
+        moves.append(float(np.abs(x - before).max()))
+    return np.asarray(energy), np.asarray(moves)
+
+
+@pytest.mark.parametrize("nx", [20, 30])
+@pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
+@pytest.mark.parametrize("speed", [1.0, 4.0])
+def test_energy_leaves_the_sheet_after_a_sphere_passes(nx, layout, speed):
+    """After the sphere has gone, nothing pumps energy back in (no jitter
+    from the tethers, limits or the contacts just released): the most
+    mechanical energy in each second is below the second before's; and
+    with a strong air drag the sheet comes to rest (every vertex under
+    0.1 mm a frame) instead of settling into a jitter."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, layout).astype(float)
+    mass = vertex_masses(rest, fi, fs, 0.15).astype(np.float64)
+    for drag in (ADDON["air_drag"], 3.0):
+        params = ClothParams(**{**ADDON, "air_drag": drag})
+        model = build_model(rest, fi, fs, mass, held, params)
+        state = model.new_state()
+        for _ in range(48):
+            step(model, state, None, 1 / 24, params)
+        energy, moves = _sphere_through(model, state, params, speed, mass, 144)
+        peaks = energy.reshape(-1, 24).max(axis=1)
+        assert np.all(np.diff(peaks) < 0), peaks
+        if drag > 1.0:
+            assert moves[-24:].max() < 1e-4, moves[-24:].max()
+
+
+def _variant_sheet(kind, nx):
+    """The nx x nx sheet as quads, as triangles, with its inner vertices
+    moved at random within a third of an edge, or lying flat (XY) to fall
+    from its two corners."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx, plane="xy" if kind == "horizontal" else "xz")
+    if kind == "triangles":
+        q = fi.reshape(-1, 4)
+        fi = np.concatenate([q[:, [0, 1, 2]], q[:, [0, 2, 3]]], axis=1).reshape(-1)
+        fs = np.full(2 * len(q), 3, dtype=np.int64)
+    if kind == "jittered":
+        rng = np.random.default_rng(7)
+        inner = (rest[:, 0] > 0) & (rest[:, 0] < 1) & (rest[:, 2] > 0) & (rest[:, 2] < 1)
+        rest = rest.copy()
+        rest[np.ix_(inner, [0, 2])] += rng.uniform(-0.3 / nx, 0.3 / nx, (int(inner.sum()), 2))
+    up = 1 if kind == "horizontal" else 2
+    held = np.isclose(rest[:, up], 1.0) & (np.isclose(rest[:, 0], 0.0) | np.isclose(rest[:, 0], 1.0))
+    return rest, fi, fs, held
+
+
+@pytest.mark.parametrize("kind", ["triangles", "jittered", "horizontal"])
+@pytest.mark.parametrize("nx", [20, 40])
+def test_sheets_of_other_meshes_hung_from_two_corners_converge(kind, nx):
+    """Triangulated, irregular or released flat: held by two corners, the
+    settled sheet's edges stretch at most 10 % and 1 % on average."""
+    rest, fi, fs, held = _variant_sheet(kind, nx)
+    params = ClothParams(**ADDON)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    state = model.new_state()
+    for _ in range(120):
+        step(model, state, None, 1 / 24, params)
+    s = oracles.edge_strain(state.positions_aos().astype(np.float64), model.stretch.pairs, rest)
+    assert s.max() <= 0.10, f"max stretch {s.max():.3f}"
+    assert np.abs(s).mean() <= 0.01, f"mean |strain| {np.abs(s).mean():.4f}"
