@@ -95,6 +95,11 @@ class ClothParams:
     # Speed limit, m/s (0 or inf = none).
     max_velocity: float = 50.0
 
+    # CPU threads for stepping this cloth beside others (threads.step_all)
+    # and for the parallel passes around the step; 0 = every core. The
+    # results are the same for any value.
+    threads: int = 0
+
     def validate(self):
         if int(self.substeps) < 1:
             raise SolverError(f"ClothParams.substeps must be >= 1, got {self.substeps}")
@@ -113,6 +118,8 @@ class ClothParams:
             v = float(getattr(self, name))
             if not np.isfinite(v) or v < 0.0:
                 raise SolverError(f"ClothParams.{name} must be finite and >= 0, got {v}")
+        if int(self.threads) != self.threads or int(self.threads) < 0:
+            raise SolverError(f"ClothParams.threads must be a whole number >= 0, got {self.threads}")
         if float(self.max_velocity) < 0 or np.isnan(float(self.max_velocity)):
             raise SolverError(f"ClothParams.max_velocity must be >= 0, got {self.max_velocity}")
 

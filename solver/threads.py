@@ -1,0 +1,134 @@
+"""CPU threads: how many the solver may use, and stepping independent cloths
+side by side.
+
+Independent cloths (each its own Model and State, no contacts between them)
+share nothing while they step, and the step kernels release the GIL
+(jit.KERNEL: nogil=True), so a pool of Python threads steps several of them
+at once. Each cloth's step runs exactly the code it runs alone, on one
+thread, so the results are bit-identical for any thread count and in any
+order the pool picks the cloths in (tests/solver/test_threads.py).
+
+Inside a pool worker numba runs with one thread (numba.set_num_threads is
+per calling thread): the parallel kernels (the dense skinning pass, the
+Jacobi contact solve) then take their serial twins, and no two Python
+threads ever launch a numba parallel region at once, which the workqueue
+threading layer (numba's fallback where neither OpenMP nor TBB loads, as in
+some Blender builds) does not allow.
+
+The step of one cloth stays serial inside. Its default loop runs a few
+dozen colour batches and per-vertex passes per substep, each a few
+microseconds on a 10k-vertex sheet, and launching a numba parallel region
+costs about as much under the OpenMP layer and ten times more under
+workqueue (benchmarks/bench_solver.py times both: the "parallel_region_launch"
+rows): split per batch, the launches would eat what the second core gives.
+"""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+
+# A process-wide thread count set by the command line (bake/headless.py
+# --threads) in place of each cloth's own setting; None: none set.
+_override = None
+_pools = {}
+_pools_lock = threading.Lock()
+
+
+def available():
+    """The most threads numba can run (NUMBA_NUM_THREADS, by default every
+    core of the machine)."""
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+def set_override(threads):
+    """Use `threads` in place of every cloth's own setting (0: every core;
+    None: each cloth's own again). bake/headless.py calls it for --threads."""
+    global _override
+    if threads is not None:
+        threads = int(threads)
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+    _override = threads
+
+
+def resolve(requested):
+    """The thread count to use for a setting of `requested` (0 or None =
+    every core): set_override's when one is set, within what numba has."""
+    if _override is not None:
+        requested = _override
+    n = available() if not requested else int(requested)
+    return max(1, min(n, available()))
+
+
+class numba_threads:
+    """Context: numba's thread count for the calling thread set to `n`
+    (resolved), restored on exit."""
+
+    def __init__(self, n):
+        self.n = resolve(n)
+
+    def __enter__(self):
+        self.saved = numba.get_num_threads()
+        if self.saved != self.n:
+            numba.set_num_threads(self.n)
+        return self.n
+
+    def __exit__(self, *exc):
+        if numba.get_num_threads() != self.saved:
+            numba.set_num_threads(self.saved)
+        return False
+
+
+def _serial_worker():
+    numba.set_num_threads(1)
+
+
+def _pool(width):
+    with _pools_lock:
+        pool = _pools.get(width)
+        if pool is None:
+            pool = _pools[width] = ThreadPoolExecutor(max_workers=width, thread_name_prefix="drape-step",
+                                                      initializer=_serial_worker)
+        return pool
+
+
+def _call(job):
+    try:
+        return job(), None
+    except BaseException as exc:  # noqa: BLE001 - handed back to the caller, in order
+        return None, exc
+
+
+def run_all(jobs, threads, cost=None):
+    """Call every job (a callable taking nothing) and return [(result,
+    exception or None)] in the order of `jobs`. With `threads` (resolved)
+    above 1 and more than one job they run in a pool of that many threads
+    (at most one per job), the costliest first when `cost` (one number per
+    job) is given, so the long ones do not start last; else one after the
+    other on the calling thread. A job must not share mutable data with
+    another."""
+    jobs = list(jobs)
+    width = min(resolve(threads), len(jobs))
+    if width <= 1:
+        return [_call(job) for job in jobs]
+    order = range(len(jobs))
+    if cost is not None:
+        order = sorted(order, key=lambda i: -cost[i])
+    pool = _pool(width)
+    futures = {i: pool.submit(_call, jobs[i]) for i in order}
+    return [futures[i].result() for i in range(len(jobs))]
+
+
+def step_all(steps, threads):
+    """solver.step for several independent cloths: `steps` is a list of
+    (model, state, inputs, dt, params), one per cloth (no two share a model
+    or a state). Raises the first failure in list order, after every cloth
+    has stepped."""
+    from .step import step
+
+    outcomes = run_all([lambda s=s: step(*s) for s in steps], threads, cost=[s[0].n for s in steps])
+    for _result, exc in outcomes:
+        if exc is not None:
+            raise exc
+    return [s[1] for s in steps]
