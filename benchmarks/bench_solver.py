@@ -1,8 +1,9 @@
 """Solver benchmark: the reference scene (a sheet hanging from its top row, a
 capsule swinging back and forth through it), growth with resolution, JIT
-compile time. One JSON line per case; never part of the test suite.
+compile time, and the same work on 1 and 2 threads (--threads: only those
+rows). One JSON line per case; never part of the test suite.
 
-    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick])
+    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick] [--threads])
 
 Timings are per-step medians of single-threaded steps after warm-up. On a
 shared machine they are noisy: compare medians from the same run. The target
@@ -10,6 +11,7 @@ rows (100x100 at 2 substeps, 32x32 at 20) run three blocks of 240 steps and
 also report the lowest block median (ms_per_step_median_best_block).
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -158,8 +160,152 @@ def compile_times():
     return out
 
 
+# ---------------------------------------------------------------- threads
+#
+# The same work on 1 and 2 threads, in alternating blocks (on a shared
+# machine the load drifts between them): wall time, since CPU time leaves
+# out exactly what a second thread saves.
+
+# Eight independent cloths of different sizes (28,440 vertices), self
+# collision on two, each with its own swinging capsule: the scene of
+# solver.threads.step_all, at the add-on's defaults (24 fps, 4 substeps).
+EIGHT_CLOTHS = (84, 72, 60, 56, 52, 48, 44, 40)
+EIGHT_SELF = (52, 48)
+
+
+def _eight_cloths():
+    from drape.solver.selfcollision import SelfCollision
+
+    params = ClothParams(substeps=4)
+    cloths = []
+    for nx in EIGHT_CLOTHS:
+        rest, fi, fs, pin = hanging_sheet(nx, nx)
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+        if nx in EIGHT_SELF:
+            model.self_collision = SelfCollision.from_model(model, thickness=0.004)
+        cloths.append((model, model.new_state()))
+    return cloths, params
+
+
+def _alternating(work, counts=(1, 2), blocks=12, per_block=10):
+    """{count: per-call wall seconds} of work(count) over `blocks` blocks of
+    `per_block` calls per count, the counts taking turns block by block."""
+    from drape.solver import threads
+
+    times = {c: [] for c in counts}
+    for b in range(blocks):
+        for c in (counts if b % 2 == 0 else counts[::-1]):
+            with threads.numba_threads(c):
+                for _ in range(per_block):
+                    t = time.perf_counter()
+                    work(c)
+                    times[c].append(time.perf_counter() - t)
+    return times
+
+
+def _thread_rows(scene, vertices, substeps, times, **extra):
+    one = median_ms(times[1])
+    for count, ts in times.items():
+        ms = median_ms(ts)
+        emit(scene=scene, vertices=vertices, substeps=substeps, threads=count,
+             ms_per_step_median=round(ms, 4), ms_per_step_p10=round(float(np.percentile(ts, 10)) * 1e3, 4),
+             ms_per_step_p90=round(float(np.percentile(ts, 90)) * 1e3, 4),
+             speedup_vs_1_thread=round(one / ms, 3), steps=len(ts), load_avg_1min=round(os.getloadavg()[0], 2),
+             **extra)
+
+
+def eight_cloths_frame(blocks=12, per_block=10):
+    """One frame of the eight cloths (solver.threads.step_all) on 1 and 2 threads."""
+    from drape.solver import threads
+
+    cloths, params = _eight_cloths()
+    clock = [0.0]
+
+    def frame(count):
+        t = clock[0]
+        inputs = StepInputs(capsules=swinging_capsule(t, t + 1 / 24))
+        threads.step_all([(m, s, inputs, 1 / 24, params) for m, s in cloths], count)
+        clock[0] = t + 1 / 24
+
+    for _ in range(24):
+        frame(1)
+    times = _alternating(frame, blocks=blocks, per_block=per_block)
+    contacts = sum(m.self_collision.count for m, _ in cloths if m.self_collision is not None)
+    _thread_rows("eight_cloths_frame", sum(m.n for m, _ in cloths), params.substeps, times, cloths=len(cloths),
+                 self_collision_cloths=len(EIGHT_SELF), self_contacts_last=int(contacts))
+
+
+def sheet_step_threads(nx=100, blocks=12, per_block=20):
+    """The 10k reference step (swinging capsule, 2 substeps) with numba at 1
+    and 2 threads: the step of one cloth runs serial inside (solver.threads)."""
+    model, params, _rest = _scene(nx, 2, True)
+    state = model.new_state()
+    clock = [0.0]
+
+    def one(_count):
+        t = clock[0]
+        step(model, state, StepInputs(capsules=swinging_capsule(t, t + DT)), DT, params)
+        clock[0] = t + DT
+
+    for _ in range(60):
+        one(1)
+    _thread_rows("hanging_sheet_swinging_capsule_threads", int(model.n), 2,
+                 _alternating(one, blocks=blocks, per_block=per_block))
+
+
+REGION_PROBE = """
+import json, sys, time
+import numba, numpy as np
+from numba import njit, prange
+
+@njit(parallel=True, nogil=True)
+def region(a):
+    n = a.shape[0]
+    for b in prange(2):
+        for i in range(b * n // 2, (b + 1) * n // 2):
+            a[i] = a[i] * np.float32(0.999) + np.float32(0.001)
+
+a = np.ones(2500, np.float32)
+region(a)
+numba.set_num_threads(2)
+ts = []
+for _ in range(3000):
+    t = time.perf_counter()
+    region(a)
+    ts.append(time.perf_counter() - t)
+print(json.dumps([numba.threading_layer(), float(np.median(ts)) * 1e6, float(np.percentile(ts, 90)) * 1e6]))
+"""
+
+
+def region_launch():
+    """What one numba parallel region over 2,500 floats costs on 2 threads,
+    per threading layer (each in its own process: numba picks one per
+    process). The reason one cloth's colour batches stay serial."""
+    for layer in ("default", "workqueue"):
+        env = dict(os.environ)
+        if layer != "default":
+            env["NUMBA_THREADING_LAYER"] = layer
+        res = subprocess.run([sys.executable, "-c", REGION_PROBE], env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            emit(scene="parallel_region_launch", vertices=None, substeps=None, threads=2, layer=layer,
+                 ms_per_step_median=None, error=res.stderr.strip().splitlines()[-1:])
+            continue
+        name, med, p90 = json.loads(res.stdout.strip().splitlines()[-1])
+        emit(scene="parallel_region_launch", vertices=None, substeps=None, threads=2, layer=name,
+             ms_per_step_median=None, us_per_region_median=round(med, 2), us_per_region_p90=round(p90, 2))
+
+
+def thread_rows():
+    region_launch()
+    sheet_step_threads()
+    eight_cloths_frame()
+
+
 def main():
     quick = "--quick" in sys.argv
+    if "--threads" in sys.argv:  # only the 1- and 2-thread rows
+        thread_rows()
+        return
     ct = compile_times()
     emit(scene="jit_compile", vertices=81, substeps=2, threads=1, ms_per_step_median=None,
          compile_cold_s=round(ct["cold"][0] + ct["cold"][1], 3), first_step_cold_s=round(ct["cold"][1], 3),
@@ -187,6 +333,7 @@ def main():
         row["ns_per_vertex"] = round(per_vertex, 2)
         row["ns_per_vertex_vs_32"] = round(per_vertex / base, 3)
         emit(**row)
+    thread_rows()
 
 
 if __name__ == "__main__":
