@@ -767,6 +767,10 @@ def _record(objs, exc, scene=None):
     return sim
 
 
+# The wall time of the last frame that stepped, by phase of update_scene
+# (ms): reading every simulation, their steps (side by side), showing them.
+last_frame_ms = {}
+
 # uid of a simulation's first cloth -> the messages it has printed that still stand.
 _standing = {}
 
@@ -802,6 +806,7 @@ def update_scene(scene, depsgraph):
             writeback.clear_result(obj)
         alive.add(obj.drape.uid)
     done = []
+    t0 = time.perf_counter()
     for objs in units:
         if not warmup.ready_for(objs, scene):  # still compiling in the background: left as it is
             alive.update(o.drape.uid for o in objs)
@@ -814,6 +819,7 @@ def update_scene(scene, depsgraph):
         done.append((objs, sim, later))
         alive.update(o.drape.uid for o in objs)
     work = [w for _objs, _sim, later in done for w in later]
+    t1 = time.perf_counter()
     if work:
         threads = _solver_threads()
         width = max(threads.resolve(w.params.threads) for w in work)
@@ -823,6 +829,7 @@ def update_scene(scene, depsgraph):
         else:
             outcomes = threads.run_all([w.run for w in work], width, cost=[w.cost for w in work])
         outcome = dict(zip(map(id, work), outcomes))
+    t2 = time.perf_counter()
     for objs, sim, later in done:
         if later:
             try:
@@ -831,6 +838,9 @@ def update_scene(scene, depsgraph):
             except Exception as exc:  # noqa: BLE001 - a handler must never raise
                 sim = _record(objs, exc, scene)
         _print_new(objs[0].drape.uid, sim)
+    if work:
+        last_frame_ms.update(read=(t1 - t0) * 1e3, steps=(t2 - t1) * 1e3, show=(time.perf_counter() - t2) * 1e3,
+                             simulations=len(work))
     _prune(alive)
 
 
