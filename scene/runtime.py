@@ -908,3 +908,5 @@ def unregister():
         while fn in handlers:
             handlers.remove(fn)
     clear()
+    if "threads" in getattr(_solver(), "__dict__", {}):  # a pool exists only once solver.threads ran
+        _solver_threads().shutdown()

@@ -93,6 +93,16 @@ def _pool(width):
         return pool
 
 
+def shutdown():
+    """Let the pools' idle threads end (scene.runtime.unregister: an add-on
+    disabled or reloaded leaves none behind); the next run_all starts anew."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.shutdown(wait=False)
+
+
 def _call(job):
     try:
         return job(), None

@@ -118,3 +118,17 @@ def test_headless_threads_option_sets_every_cloth_s_count(addon, monkeypatch):
     finally:
         threads.set_override(None)
     assert widths and set(widths) == {min(2, threads.available())}
+
+
+def test_threads_setting_reaches_the_solver_parameters(empty_scene):
+    from drape import solver
+    from drape.scene import params
+
+    obj = _sheet("S", 4, 0.0)
+    assert obj.drape.threads == 0
+    # 0: Blender's own count (Render Properties > Performance).
+    empty_scene.render.threads_mode = 'FIXED'
+    empty_scene.render.threads = 3
+    assert params.cloth_params(obj.drape, empty_scene, solver).threads == 3
+    obj.drape.threads = 5
+    assert params.cloth_params(obj.drape, empty_scene, solver).threads == 5

@@ -181,3 +181,15 @@ def test_threads_setting_is_checked(bad):
     with pytest.raises(SolverError, match="ClothParams.threads"):
         ClothParams(threads=bad).validate()
     ClothParams(threads=3).validate()
+
+
+@two_threads
+def test_pools_end_on_shutdown_and_start_again():
+    threads.run_all([lambda: 1, lambda: 2], 2)
+    named = [t for t in threading.enumerate() if t.name.startswith("drape-step")]
+    assert named
+    threads.shutdown()
+    for t in named:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in named)
+    assert [r for r, _ in threads.run_all([lambda: 1, lambda: 2], 2)] == [1, 2]
