@@ -193,3 +193,37 @@ def test_pools_end_on_shutdown_and_start_again():
         t.join(timeout=10)
     assert not any(t.is_alive() for t in named)
     assert [r for r, _ in threads.run_all([lambda: 1, lambda: 2], 2)] == [1, 2]
+
+
+def test_the_vectoriser_switch_holds_while_any_thread_is_inside():
+    """Two threads in compiled_fast at once, leaving in the other order than
+    they came: it stays on until the last leaves, then numba's own is back."""
+    from numba.core import config
+
+    from drape.solver.jit import compiled_fast
+
+    before = config.SLP_VECTORIZE
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with compiled_fast():
+            a_in.set()
+            b_in.wait(10)
+        seen.append(config.SLP_VECTORIZE)  # b is still inside
+        a_out.set()
+
+    def second():
+        a_in.wait(10)
+        with compiled_fast():
+            b_in.set()
+            a_out.wait(10)
+            seen.append(config.SLP_VECTORIZE)
+
+    ts = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert seen == [1, 1]
+    assert config.SLP_VECTORIZE == before
