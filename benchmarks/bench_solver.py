@@ -295,7 +295,47 @@ def region_launch():
              ms_per_step_median=None, us_per_region_median=round(med, 2), us_per_region_p90=round(p90, 2))
 
 
+CEILING_PROBE = """
+import json, threading, time
+import numpy as np
+from numba import njit
+
+@njit(nogil=True)
+def spin(n):
+    s = 0.0
+    for i in range(n):
+        s += np.sqrt(i * 1.0)
+    return s
+
+spin(10)
+out = {}
+for rep in range(5):
+    for k in (1, 2):
+        ts = [threading.Thread(target=spin, args=(30_000_000,)) for _ in range(k)]
+        t = time.perf_counter()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        out.setdefault(k, []).append((time.perf_counter() - t) / k)
+print(json.dumps([float(np.median(out[1])), float(np.median(out[2]))]))
+"""
+
+
+def thread_ceiling():
+    """What 2 threads can give on this machine now: two independent loops
+    that share nothing and hold no lock, time per loop on 1 and 2 threads.
+    On a machine whose other core is busy with other work this stays near
+    1x, and no thread row of the same run can beat it."""
+    res = subprocess.run([sys.executable, "-c", CEILING_PROBE], capture_output=True, text=True, check=True)
+    one, two = json.loads(res.stdout.strip().splitlines()[-1])
+    emit(scene="parallel_ceiling", vertices=None, substeps=None, threads=2, ms_per_step_median=None,
+         ms_per_loop_1_thread=round(one * 1e3, 3), ms_per_loop_2_threads=round(two * 1e3, 3),
+         speedup_vs_1_thread=round(one / two, 3), load_avg_1min=round(os.getloadavg()[0], 2))
+
+
 def thread_rows():
+    thread_ceiling()
     region_launch()
     sheet_step_threads()
     eight_cloths_frame()
