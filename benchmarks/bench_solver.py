@@ -334,8 +334,27 @@ def thread_ceiling():
          speedup_vs_1_thread=round(one / two, 3), load_avg_1min=round(os.getloadavg()[0], 2))
 
 
+def pool_dispatch(repeats=400):
+    """What threads.run_all costs around 8 jobs that do nothing, on the
+    calling thread and through a pool of 2 (solver.threads.MIN_PARALLEL_COST_NS)."""
+    from drape.solver import threads
+
+    jobs = [lambda: None] * 8
+    times = {1: [], 2: []}
+    for _ in range(repeats):
+        for count in (1, 2):
+            t = time.perf_counter()
+            threads.run_all(jobs, count)
+            times[count].append(time.perf_counter() - t)
+    for count, ts in times.items():
+        emit(scene="pool_dispatch", vertices=None, substeps=None, threads=count, jobs=len(jobs),
+             ms_per_step_median=None, us_per_dispatch_median=round(float(np.median(ts)) * 1e6, 2),
+             us_per_dispatch_p90=round(float(np.percentile(ts, 90)) * 1e6, 2))
+
+
 def thread_rows():
     thread_ceiling()
+    pool_dispatch()
     region_launch()
     sheet_step_threads()
     eight_cloths_frame()

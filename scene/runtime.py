@@ -604,11 +604,12 @@ class _Advance:
     def cost(self):
         """About how long run takes, relative to the others (threads.run_all
         starts the long ones first): its last step's time when it has one
-        (self collision costs more than the vertex count says), else its
-        vertices times its substeps, in nanoseconds at about 10 ns each."""
+        (self collision costs more than the vertex count says), else an
+        estimate from its vertices and substeps; in nanoseconds."""
         per_step = self.sim.last_step_ms * 1e6
         if not per_step > 0.0:
-            per_step = 10.0 * self.sim.model.n * max(1, int(self.params.substeps))
+            per_step = (_solver_threads().NS_PER_VERTEX_SUBSTEP * self.sim.model.n
+                        * max(1, int(self.params.substeps)))
         return per_step * len(self.inputs)
 
     def run(self):

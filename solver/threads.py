@@ -34,6 +34,16 @@ _override = None
 _pools = {}
 _pools_lock = threading.Lock()
 
+# run_all keeps jobs on the calling thread unless the work besides the
+# longest job (what a second thread can take) is at least this long, in the
+# units of its `cost` (ns): handing 8 jobs to a pool and back costs tens of
+# microseconds (benchmarks/bench_solver.py, the "pool_dispatch" row), so a
+# frame of small cloths steps faster on one thread.
+MIN_PARALLEL_COST_NS = 200_000
+# A step's cost estimate per vertex and substep (ns) where nothing better is
+# known (scene.runtime passes each simulation's last step time instead).
+NS_PER_VERTEX_SUBSTEP = 10.0
+
 
 def available():
     """The most threads numba can run (NUMBA_NUM_THREADS, by default every
@@ -114,12 +124,15 @@ def run_all(jobs, threads, cost=None):
     """Call every job (a callable taking nothing) and return [(result,
     exception or None)] in the order of `jobs`. With `threads` (resolved)
     above 1 and more than one job they run in a pool of that many threads
-    (at most one per job), the costliest first when `cost` (one number per
-    job) is given, so the long ones do not start last; else one after the
-    other on the calling thread. A job must not share mutable data with
-    another."""
+    (at most one per job), the costliest first when `cost` (about how long
+    each job takes, ns) is given, so the long ones do not start last; else,
+    or when the cost says a second thread would get less than
+    MIN_PARALLEL_COST_NS of work, one after the other on the calling thread.
+    A job must not share mutable data with another."""
     jobs = list(jobs)
     width = min(resolve(threads), len(jobs))
+    if width > 1 and cost is not None and sum(cost) - max(cost) < MIN_PARALLEL_COST_NS:
+        width = 1
     if width <= 1:
         return [_call(job) for job in jobs]
     order = range(len(jobs))
@@ -137,7 +150,8 @@ def step_all(steps, threads):
     has stepped."""
     from .step import step
 
-    outcomes = run_all([lambda s=s: step(*s) for s in steps], threads, cost=[s[0].n for s in steps])
+    cost = [NS_PER_VERTEX_SUBSTEP * s[0].n * max(1, int(getattr(s[4], "substeps", 2))) for s in steps]
+    outcomes = run_all([lambda s=s: step(*s) for s in steps], threads, cost=cost)
     for _result, exc in outcomes:
         if exc is not None:
             raise exc

@@ -72,6 +72,7 @@ def test_cloths_played_on_2_threads_match_1_thread(addon, monkeypatch):
         return run_all(jobs, count, cost)
 
     monkeypatch.setattr(threads, "run_all", recording)
+    monkeypatch.setattr(threads, "MIN_PARALLEL_COST_NS", 0)  # the pool even for these small cloths
     frames = range(1, 16)
     one = _play(1, frames)
     assert widths and all(w == (3, 1) for w in widths), widths
@@ -86,7 +87,8 @@ def test_cloths_played_on_2_threads_match_1_thread(addon, monkeypatch):
     assert one["A"][1][1] != one["A"][1][15] and one["C"][1][1] != one["C"][1][15]
 
 
-def test_a_cloth_that_blows_up_stops_alone(addon):
+def test_a_cloth_that_blows_up_stops_alone(addon, monkeypatch):
+    monkeypatch.setattr(threads, "MIN_PARALLEL_COST_NS", 0)
     frames = range(1, 10)
     alone = _play(2, frames)
     failed = _play(2, frames, blow_up=(0, 5))

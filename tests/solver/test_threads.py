@@ -104,9 +104,15 @@ def test_each_scene_is_bit_identical_at_1_and_2_numba_threads():
     assert one == two
 
 
+@pytest.fixture
+def always_threaded(monkeypatch):
+    """The pool even for these small cloths (it keeps small work on one thread)."""
+    monkeypatch.setattr(threads, "MIN_PARALLEL_COST_NS", 0)
+
+
 @two_threads
 @pytest.mark.parametrize("count", [1, 2, 3])
-def test_cloths_stepped_side_by_side_match_each_stepped_alone(count):
+def test_cloths_stepped_side_by_side_match_each_stepped_alone(count, always_threaded):
     kinds = KINDS * 2  # six cloths, two of each
     frames = 8
     reference = _alone(kinds, frames)
@@ -135,14 +141,17 @@ def test_jobs_run_at_once_on_serial_numba_workers():
     assert ea is None and eb is None
     assert a[0] != b[0] and a[1] == b[1] == 1
     assert numba.get_num_threads() == before
-    # One thread: the jobs run here, one after the other, in order.
-    seen = []
-    out = threads.run_all([lambda i=i: seen.append(i) or i for i in range(5)], 1)
-    assert seen == [0, 1, 2, 3, 4] and [r for r, _ in out] == seen
+    # One thread, or work too small to hand over: the jobs run here, one
+    # after the other, in order.
+    for count, cost in ((1, None), (2, [threads.MIN_PARALLEL_COST_NS] + [1] * 4)):
+        seen = []
+        out = threads.run_all([lambda i=i: seen.append((i, threading.get_ident())) or i for i in range(5)], count,
+                              cost)
+        assert seen == [(i, threading.get_ident()) for i in range(5)] and [r for r, _ in out] == list(range(5))
 
 
 @two_threads
-def test_a_failing_cloth_changes_nothing_and_the_others_step():
+def test_a_failing_cloth_changes_nothing_and_the_others_step(always_threaded):
     kinds = ("default", "general", "default")
     reference = _alone(kinds, 1)
     scenes = [Scene(k) for k in kinds]
