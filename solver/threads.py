@@ -71,21 +71,34 @@ def resolve(requested):
     return max(1, min(n, available()))
 
 
+def _launched():
+    """Whether numba has started its threading layer in this process (asking
+    for or setting the thread count starts it: tens of milliseconds once)."""
+    from numba.np.ufunc import parallel
+
+    return bool(getattr(parallel, "_is_initialized", True))
+
+
 class numba_threads:
     """Context: numba's thread count for the calling thread set to `n`
-    (resolved), restored on exit."""
+    (resolved), restored on exit. Before numba has started its threads the
+    count is numba's default, every thread it has: asking for that starts
+    nothing (a first play of one cloth does not pay the start)."""
 
     def __init__(self, n):
         self.n = resolve(n)
 
     def __enter__(self):
+        self.saved = None
+        if self.n == available() and not _launched():
+            return self.n
         self.saved = numba.get_num_threads()
         if self.saved != self.n:
             numba.set_num_threads(self.n)
         return self.n
 
     def __exit__(self, *exc):
-        if numba.get_num_threads() != self.saved:
+        if self.saved is not None and numba.get_num_threads() != self.saved:
             numba.set_num_threads(self.saved)
         return False
 

@@ -236,3 +236,18 @@ def test_the_vectoriser_switch_holds_while_any_thread_is_inside():
         t.join(20)
     assert seen == [1, 1]
     assert config.SLP_VECTORIZE == before
+
+
+def test_asking_for_every_thread_starts_no_numba_threads():
+    """In a fresh process the default count (every core) starts nothing;
+    any other count is set for the calling thread and put back."""
+    import subprocess
+    import sys
+
+    code = ("import numba\nfrom numba.np.ufunc import parallel\nfrom drape.solver import threads\n"
+            "with threads.numba_threads(0):\n    pass\nprint(parallel._is_initialized)\n"
+            "with threads.numba_threads(1):\n    inside = numba.get_num_threads()\n"
+            "print(inside, numba.get_num_threads() == threads.available())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "1", "True"]
