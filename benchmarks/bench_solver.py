@@ -334,22 +334,41 @@ def thread_ceiling():
          speedup_vs_1_thread=round(one / two, 3), load_avg_1min=round(os.getloadavg()[0], 2))
 
 
-def pool_dispatch(repeats=400):
-    """What threads.run_all costs around 8 jobs that do nothing, on the
-    calling thread and through a pool of 2 (solver.threads.MIN_PARALLEL_COST_NS)."""
+def pool_dispatch(repeats=400, spin_us=(25, 100, 400)):
+    """threads.run_all of two jobs that each spin for a fixed time without
+    the GIL, on the calling thread and on 2 threads: how long a job must be
+    before a second thread pays (solver.threads.MIN_PARALLEL_COST_NS)."""
+    from numba import njit
+
     from drape.solver import threads
 
-    jobs = [lambda: None] * 8
-    times = {1: [], 2: []}
-    for _ in range(repeats):
-        for count in (1, 2):
-            t = time.perf_counter()
-            threads.run_all(jobs, count)
-            times[count].append(time.perf_counter() - t)
-    for count, ts in times.items():
-        emit(scene="pool_dispatch", vertices=None, substeps=None, threads=count, jobs=len(jobs),
-             ms_per_step_median=None, us_per_dispatch_median=round(float(np.median(ts)) * 1e6, 2),
-             us_per_dispatch_p90=round(float(np.percentile(ts, 90)) * 1e6, 2))
+    @njit(nogil=True)
+    def spin(count):
+        s = 0.0
+        for i in range(count):
+            s += np.sqrt(float(i))
+        return s
+
+    spin(10)
+    t = time.perf_counter()
+    spin(10_000_000)
+    per_count = (time.perf_counter() - t) / 10_000_000
+    for us in spin_us:
+        count = int(us * 1e-6 / per_count)
+        jobs = [lambda: spin(count)] * 2
+        times = {1: [], 2: []}
+        for _ in range(repeats):
+            for c in (1, 2):
+                t = time.perf_counter()
+                threads.run_all(jobs, c)
+                times[c].append(time.perf_counter() - t)
+        one = float(np.median(times[1]))
+        for c, ts in times.items():
+            emit(scene="pool_dispatch", vertices=None, substeps=None, threads=c, jobs=2,
+                 us_per_job=round(one / 2 * 1e6, 1),
+                 ms_per_step_median=None, us_per_run_median=round(float(np.median(ts)) * 1e6, 2),
+                 us_per_run_p90=round(float(np.percentile(ts, 90)) * 1e6, 2),
+                 speedup_vs_1_thread=round(one / float(np.median(ts)), 3))
 
 
 def thread_rows():

@@ -36,9 +36,9 @@ _pools_lock = threading.Lock()
 
 # run_all keeps jobs on the calling thread unless the work besides the
 # longest job (what a second thread can take) is at least this long, in the
-# units of its `cost` (ns): handing 8 jobs to a pool and back costs tens of
-# microseconds (benchmarks/bench_solver.py, the "pool_dispatch" row), so a
-# frame of small cloths steps faster on one thread.
+# units of its `cost` (ns): waking a pool thread takes tens of microseconds,
+# so two jobs of a few tens of microseconds each run no faster on two
+# threads (benchmarks/bench_solver.py, the "pool_dispatch" rows).
 MIN_PARALLEL_COST_NS = 200_000
 # A step's cost estimate per vertex and substep (ns) where nothing better is
 # known (scene.runtime passes each simulation's last step time instead).
@@ -136,10 +136,11 @@ def _call(job):
 def run_all(jobs, threads, cost=None):
     """Call every job (a callable taking nothing) and return [(result,
     exception or None)] in the order of `jobs`. With `threads` (resolved)
-    above 1 and more than one job they run in a pool of that many threads
-    (at most one per job), the costliest first when `cost` (about how long
-    each job takes, ns) is given, so the long ones do not start last; else,
-    or when the cost says a second thread would get less than
+    above 1 and more than one job they run on that many threads (at most one
+    per job): the calling thread and pool threads, each taking the next job
+    until none is left, the costliest first when `cost` (about how long each
+    job takes, ns) is given, so the long ones do not start last. Else, or
+    when the cost says a second thread would get less than
     MIN_PARALLEL_COST_NS of work, one after the other on the calling thread.
     A job must not share mutable data with another."""
     jobs = list(jobs)
@@ -148,12 +149,28 @@ def run_all(jobs, threads, cost=None):
         width = 1
     if width <= 1:
         return [_call(job) for job in jobs]
-    order = range(len(jobs))
+    order = list(range(len(jobs)))
     if cost is not None:
-        order = sorted(order, key=lambda i: -cost[i])
-    pool = _pool(width)
-    futures = {i: pool.submit(_call, jobs[i]) for i in order}
-    return [futures[i].result() for i in range(len(jobs))]
+        order.sort(key=lambda i: -cost[i])
+    queue = iter(order)
+    taken = threading.Lock()
+    out = [None] * len(jobs)
+
+    def drain():
+        while True:
+            with taken:
+                i = next(queue, None)
+            if i is None:
+                return
+            out[i] = _call(jobs[i])
+
+    pool = _pool(width - 1)
+    helpers = [pool.submit(drain) for _ in range(width - 1)]
+    with numba_threads(1):  # as in the pool's threads (see the module's docstring)
+        drain()
+    for helper in helpers:
+        helper.result()
+    return out
 
 
 def step_all(steps, threads):
