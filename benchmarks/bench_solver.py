@@ -193,19 +193,29 @@ def _alternating(work, counts=(1, 2), blocks=12, per_block=10):
     from drape.solver import threads
 
     times = {c: [] for c in counts}
+    cpu = {c: [0.0, 0.0] for c in counts}
     for b in range(blocks):
         for c in (counts if b % 2 == 0 else counts[::-1]):
             with threads.numba_threads(c):
+                c0, w0 = time.process_time(), time.perf_counter()
                 for _ in range(per_block):
                     t = time.perf_counter()
                     work(c)
                     times[c].append(time.perf_counter() - t)
+                cpu[c][0] += time.process_time() - c0
+                cpu[c][1] += time.perf_counter() - w0
+    # The cores the process had while it ran (CPU time over wall time, all
+    # threads): on a shared machine the second one is often not there, and
+    # no speed-up can exceed this.
+    times["cores_used"] = {c: round(v[0] / v[1], 3) for c, v in cpu.items()}
     return times
 
 
 def _thread_rows(scene, vertices, substeps, times, **extra):
+    cores = times.pop("cores_used")
     one = median_ms(times[1])
     for count, ts in times.items():
+        extra["cores_used"] = cores[count]
         ms = median_ms(ts)
         emit(scene=scene, vertices=vertices, substeps=substeps, threads=count,
              ms_per_step_median=round(ms, 4), ms_per_step_p10=round(float(np.percentile(ts, 10)) * 1e3, 4),
