@@ -8,12 +8,14 @@ at once. Each cloth's step runs exactly the code it runs alone, on one
 thread, so the results are bit-identical for any thread count and in any
 order the pool picks the cloths in (tests/solver/test_threads.py).
 
-Inside a pool worker numba runs with one thread (numba.set_num_threads is
-per calling thread): the parallel kernels (the dense skinning pass, the
-Jacobi contact solve) then take their serial twins, and no two Python
-threads ever launch a numba parallel region at once, which the workqueue
-threading layer (numba's fallback where neither OpenMP nor TBB loads, as in
-some Blender builds) does not allow.
+While jobs run side by side numba runs with one thread in each of them
+(numba.set_num_threads is per calling thread), and a kernel with
+parallel=True that a step may call must check numba.get_num_threads() > 1
+and take its serial twin otherwise (as skinning.skin does): numba's
+workqueue threading layer, its fallback where neither OpenMP nor TBB loads
+(as in some Blender builds), aborts the process when two threads launch
+parallel regions at once, even at one thread each
+(tests/solver/test_threads.py steps cloths side by side on it).
 
 The step of one cloth stays serial inside. Its default loop runs a few
 dozen colour batches and per-vertex passes per substep, each a few

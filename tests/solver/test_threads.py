@@ -8,6 +8,9 @@ oracle is the plain `step` called on this thread with numba at one thread.
 """
 
 import hashlib
+import os
+import subprocess
+import sys
 import threading
 
 import numba
@@ -251,3 +254,33 @@ def test_asking_for_every_thread_starts_no_numba_threads():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "1", "True"]
+
+
+def _side_by_side(frames, count):
+    """The digests of six cloths stepped side by side (always in the pool)."""
+    threads.MIN_PARALLEL_COST_NS = 0
+    scenes = [Scene(k) for k in KINDS * 2]
+    hashes = [hashlib.sha256() for _ in scenes]
+    for _ in range(frames):
+        threads.step_all([s.args() for s in scenes], count)
+        for s, h in zip(scenes, hashes):
+            s.digest(h)
+    return [h.hexdigest() for h in hashes]
+
+
+@two_threads
+def test_side_by_side_under_numba_s_workqueue_layer():
+    """numba's fallback threading layer aborts the process when two threads
+    launch parallel regions at once, even at one thread each: the steps run
+    side by side must launch none (a kernel with parallel=True must check
+    numba.get_num_threads() > 1 first, as skinning does). Six cloths, self
+    collision on two, stepped on 2 threads in a process on workqueue."""
+    code = ("import sys\nsys.path.insert(0, {here!r})\nimport numba\nimport test_threads as t\n"
+            "print(' '.join(t._side_by_side(6, 2)))\nprint(numba.threading_layer())\n"
+            ).format(here=os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "workqueue"
+    assert lines[-2].split() == _alone(KINDS * 2, 6)
