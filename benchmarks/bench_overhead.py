@@ -170,10 +170,12 @@ def run_eight(blocks=10, per_block=6, warm=12):
     times = {1: [], 2: []}
     steps = {1: [], 2: []}
     phases = {1: [], 2: []}
+    cpu = {1: [0.0, 0.0], 2: [0.0, 0.0]}  # the cores the process had: CPU over wall time
     for b in range(blocks):
         for count in ((1, 2) if b % 2 == 0 else (2, 1)):
             for c in cloths:
                 c.drape.threads = count
+            c0, w0 = time.process_time(), time.perf_counter()
             for _ in range(per_block):
                 frame += 1
                 t = time.perf_counter()
@@ -181,6 +183,8 @@ def run_eight(blocks=10, per_block=6, warm=12):
                 times[count].append((time.perf_counter() - t) * 1e3)
                 steps[count].append(runtime.last_frame_ms["steps"])
                 phases[count].append((runtime.last_frame_ms["read"], runtime.last_frame_ms["show"]))
+            cpu[count][0] += time.process_time() - c0
+            cpu[count][1] += time.perf_counter() - w0
     errors = [runtime.get(c).error for c in cloths if runtime.get(c).error]
     if errors:
         raise SystemExit(errors[0])
@@ -198,7 +202,7 @@ def run_eight(blocks=10, per_block=6, warm=12):
             steps_ms_p10=round(float(np.percentile(steps[count], 10)), 4),
             steps_ms_p90=round(float(np.percentile(steps[count], 90)), 4),
             read_ms_median=med([p[0] for p in phases[count]]), show_ms_median=med([p[1] for p in phases[count]]),
-            frames=len(times[count]),
+            frames=len(times[count]), cores_used=round(cpu[count][0] / cpu[count][1], 3),
         )), flush=True)
 
 
