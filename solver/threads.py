@@ -39,9 +39,10 @@ _pools_lock = threading.Lock()
 # run_all keeps jobs on the calling thread unless the work besides the
 # longest job (what a second thread can take) is at least this long, in the
 # units of its `cost` (ns): waking a pool thread takes tens of microseconds,
-# so two jobs of a few tens of microseconds each run no faster on two
-# threads (benchmarks/bench_solver.py, the "pool_dispatch" rows).
-MIN_PARALLEL_COST_NS = 200_000
+# so two jobs of 25 us each run slower on two threads than on one, and two
+# of 100 us faster (benchmarks/bench_solver.py, the "pool_dispatch" rows,
+# on a 2-core machine with both cores free).
+MIN_PARALLEL_COST_NS = 100_000
 # A step's cost estimate per vertex and substep (ns) where nothing better is
 # known (scene.runtime passes each simulation's last step time instead).
 NS_PER_VERTEX_SUBSTEP = 10.0
