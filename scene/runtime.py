@@ -532,32 +532,41 @@ def _reset(sim, objs, scene, depsgraph):
 # --------------------------------------------------------------------------- stepping
 
 
-def _show_all(sim, objs, samples, frame):
-    """Skin (proxy/automatic), go to object space, cache and write every member."""
+def _skin_all(sim, samples):
+    """Every member's simulated positions (world, metres), skinned onto its
+    dense mesh (proxy/automatic): the solver only, no bpy, so it runs beside
+    the other simulations' (_Advance.run). Returns (parts, skin ms)."""
     coarse = sim.state.positions_aos()
-    skin_ms = write_ms = 0.0
-    for obj, m, dense in zip(objs, sim.members, samples):
-        t = time.perf_counter()
+    t = time.perf_counter()
+    parts = []
+    for m, dense in zip(sim.members, samples):
         part = coarse[m.start:m.stop]
         if m.binding is not None:
             from ..solver import skinning
 
             part = skinning.skin(m.binding, part, pin_targets=dense.positions)
-        t1 = time.perf_counter()
+        parts.append(part)
+    return parts, (time.perf_counter() - t) * 1e3
+
+
+def _show_all(sim, objs, samples, frame, skinned=None):
+    """Skin (proxy/automatic; ``skinned``: _skin_all's result when done
+    already), go to object space, cache and write every member."""
+    parts, skin_ms = _skin_all(sim, samples) if skinned is None else skinned
+    t = time.perf_counter()
+    for obj, m, dense, part in zip(objs, sim.members, samples, parts):
         local = meshdata.to_local(part, dense.matrix, m.unit)
         m.frames[frame] = local
         writeback.write_result(obj, local)
-        skin_ms += (t1 - t) * 1e3
-        write_ms += (time.perf_counter() - t1) * 1e3
-    sim.last_skin_ms, sim.last_write_ms = skin_ms, write_ms
+    sim.last_skin_ms, sim.last_write_ms = skin_ms, (time.perf_counter() - t) * 1e3
 
 
 class _Advance:
     """One frame forward of one simulation, in three parts: ``read`` (on
     Blender's thread: everything is read and checked before anything
-    changes), ``run`` (the solver steps alone, no bpy: several simulations'
-    runs go side by side in threads.run_all) and ``finish`` (on Blender's
-    thread again: skin, write, bookkeeping)."""
+    changes), ``run`` (the solver steps and the skinning, no bpy: several
+    simulations' runs go side by side in threads.run_all) and ``finish`` (on
+    Blender's thread again: write, bookkeeping)."""
 
     def __init__(self, sim, objs, scene, depsgraph, frame):
         self.sim, self.objs, self.frame = sim, objs, frame
@@ -613,14 +622,17 @@ class _Advance:
         return per_step * len(self.inputs)
 
     def run(self):
-        """The steps; the solver only. Returns the wall time per step (ms)."""
+        """The steps, then the skinning of the result; the solver only.
+        Returns the wall time per step (ms)."""
         solver = _solver()
         sim = self.sim
         t = time.perf_counter()
         for inputs in self.inputs:
             solver.step(sim.model, sim.state, inputs, self.dt, self.params)
             sim.steps += 1
-        return (time.perf_counter() - t) * 1e3 / len(self.inputs)
+        step_ms = (time.perf_counter() - t) * 1e3 / len(self.inputs)
+        self.skinned = _skin_all(sim, self.samples)
+        return step_ms
 
     def finish(self, step_ms, exc=None):
         """Show the frame, or raise what the steps raised (named for the artist)."""
@@ -630,7 +642,7 @@ class _Advance:
                 raise DrapeInputError(params.solver_message(objs[0], exc, objs), name=objs[0].name) from exc
             raise exc
         sim.prev_colliders = self.col_end
-        _show_all(sim, objs, self.samples, self.frame)
+        _show_all(sim, objs, self.samples, self.frame, self.skinned)
         sim.last_step_ms = step_ms
         sim.last_read_ms = self.read_ms
         sim.last_frame = self.frame

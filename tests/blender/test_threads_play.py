@@ -12,7 +12,7 @@ from drape.scene import runtime
 from drape.solver import threads
 
 
-def _sheet(name, n, x):
+def _grid(name, n, x):
     bpy.ops.mesh.primitive_grid_add(x_subdivisions=n, y_subdivisions=n, size=1.0, location=(x, 0, 1.2),
                                     rotation=(math.pi / 2, 0, 0))
     obj = bpy.context.active_object
@@ -22,17 +22,28 @@ def _sheet(name, n, x):
     co = co.reshape(-1, 3)
     top = np.where(co[:, 1] > co[:, 1].max() - 1e-6)[0]
     obj.vertex_groups.new(name="pin").add([int(i) for i in top], 1.0, 'REPLACE')
+    return obj
+
+
+def _sheet(name, n, x, proxy=0):
+    """A cloth; with ``proxy``, simulated on a coarser grid and skinned."""
+    coarse = _grid(name + " proxy", proxy, x) if proxy else None
+    obj = _grid(name, n, x)
     bpy.ops.drape.cloth_add(pin_group="pin")
+    if coarse is not None:
+        obj.drape.sim_source = 'PROXY'
+        obj.drape.proxy = coarse
     return obj
 
 
 def _scene():
-    """Three single cloths of different sizes (one with self collision) and a
-    capsule swinging through them, and a plane under them."""
+    """Four single cloths of different sizes (one with self collision, one
+    simulated on a proxy) and a capsule swinging through them, and a plane
+    under them."""
     bpy.ops.wm.read_factory_settings(use_empty=True)
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, 40
-    cloths = [_sheet("A", 20, -1.2), _sheet("B", 14, 0.0), _sheet("C", 9, 1.2)]
+    cloths = [_sheet("A", 20, -1.2), _sheet("B", 14, 0.0), _sheet("C", 9, 1.2), _sheet("D", 24, 2.4, proxy=8)]
     cloths[1].drape.self_collision = True
     bpy.ops.object.select_all(action='DESELECT')
     bpy.ops.drape.collider_add(type='CAPSULE', radius=0.12)
@@ -75,16 +86,17 @@ def test_cloths_played_on_2_threads_match_1_thread(addon, monkeypatch):
     monkeypatch.setattr(threads, "MIN_PARALLEL_COST_NS", 0)  # the pool even for these small cloths
     frames = range(1, 16)
     one = _play(1, frames)
-    assert widths and all(w == (3, 1) for w in widths), widths
+    assert widths and all(w == (4, 1) for w in widths), widths
     widths.clear()
     two = _play(2, frames)
     if threads.available() >= 2:
-        assert widths and all(w == (3, 2) for w in widths), widths
+        assert widths and all(w == (4, 2) for w in widths), widths
     assert one == two
     for name, (error, by_frame) in one.items():
         assert error is None and sorted(by_frame) == list(frames), name
     # The cloths moved (the capsule and gravity): the frames differ.
     assert one["A"][1][1] != one["A"][1][15] and one["C"][1][1] != one["C"][1][15]
+    assert len(one["D"][1][15]) == 25 * 25 * 3 * 4 and one["D"][1][1] != one["D"][1][15]  # skinned, dense
 
 
 def test_a_cloth_that_blows_up_stops_alone(addon, monkeypatch):
@@ -95,7 +107,7 @@ def test_a_cloth_that_blows_up_stops_alone(addon, monkeypatch):
     error, by_frame = failed["A"]
     assert error is not None and error.startswith("'A': the simulation produced NaN/Inf"), error
     assert sorted(by_frame) == [1, 2, 3, 4]
-    assert failed["B"] == alone["B"] and failed["C"] == alone["C"]
+    assert failed["B"] == alone["B"] and failed["C"] == alone["C"] and failed["D"] == alone["D"]
 
 
 def test_headless_threads_option_sets_every_cloth_s_count(addon, monkeypatch):
