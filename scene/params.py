@@ -211,7 +211,7 @@ def gravity(scene, settings):
     return (g[0] * s, g[1] * s, g[2] * s)
 
 
-def threads(settings, scene):
+def thread_count(settings, scene):
     """The cloth's Threads, or Blender's own thread count when it is 0
     (Render Properties > Performance: every core unless set to Fixed)."""
     if settings.threads > 0:
@@ -246,7 +246,7 @@ def cloth_params(settings, scene, solver):
         collision_margin=settings.thickness * unit,
         friction_static=max(settings.static_friction, settings.friction),
         friction_kinetic=settings.friction,
-        threads=threads(settings, scene),
+        threads=thread_count(settings, scene),
     )
     names = {f.name for f in dataclasses.fields(solver.ClothParams)}
     return solver.ClothParams(**{k: v for k, v in values.items() if k in names})
