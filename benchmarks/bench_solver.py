@@ -381,11 +381,66 @@ def pool_dispatch(repeats=400, spin_us=(25, 100, 400)):
                  speedup_vs_1_thread=round(one / float(np.median(ts)), 3))
 
 
+def colour_pass(sizes=(100, 316), repeats=600):
+    """The stretch pass alone (constraints.distance: solve_distance_fast4 on
+    1 thread, solve_distance_colours on 2) of a 10k and a 100k-vertex sheet:
+    where splitting each colour over threads starts to pay
+    (solver.threads.COLOUR_SPLIT_MIN_VERTICES)."""
+    from drape.solver import threads
+    from drape.solver.constraints.distance import solve_distance_colours, solve_distance_fast4
+    from drape.solver.jit import compiled_fast
+
+    for nx in sizes:
+        model, _params, rest = _scene(nx, 2, True)
+        st = model.stretch
+        st.set_inverse_masses(model.inv_mass)
+        st.refresh_coefficients(1e-3)
+        ab, coef, offsets = st.ab_rec, st.coef.reshape(-1), st.colour_offsets
+        p4 = np.zeros(4 * model.n, np.float32)
+        p4[0::4], p4[2::4] = rest[:, 0] * 1.01, rest[:, 2] * 1.01
+        kernels = {1: lambda: solve_distance_fast4(p4, ab, coef, False),
+                   2: lambda: solve_distance_colours(p4, ab, coef, offsets, False)}
+        with compiled_fast():
+            for c, k in kernels.items():
+                with threads.numba_threads(c):
+                    k()
+            times = _alternating(lambda c: kernels[c](), blocks=12, per_block=repeats // 12)
+        _thread_rows("colour_pass_stretch", int(model.n), None, times, colours=int(len(offsets) - 1))
+
+
+def large_sheet_step_threads(nx=316, blocks=8, per_block=10):
+    """A 100k-vertex sheet with the swinging capsule, 2 substeps: loop.run on
+    1 thread, loop.run_threaded (each colour split, turned on for this row:
+    solver.threads.COLOUR_SPLIT_MIN_VERTICES) on 2."""
+    from drape.solver import threads
+
+    threads.BACKGROUND_COMPILE = False  # compiled before the timing, not during it
+    threads.COLOUR_SPLIT_MIN_VERTICES, saved = 0, threads.COLOUR_SPLIT_MIN_VERTICES  # on, whatever the default
+    model, params, _rest = _scene(nx, 2, True)
+    state = model.new_state()
+    clock = [0.0]
+
+    def one(_count):
+        t = clock[0]
+        step(model, state, StepInputs(capsules=swinging_capsule(t, t + DT)), DT, params)
+        clock[0] = t + DT
+
+    for c in (1, 2, 1, 2):
+        with threads.numba_threads(c):
+            one(c)
+    _thread_rows("large_sheet_swinging_capsule_threads", int(model.n), 2,
+                 _alternating(one, blocks=blocks, per_block=per_block))
+    threads.BACKGROUND_COMPILE = True
+    threads.COLOUR_SPLIT_MIN_VERTICES = saved
+
+
 def thread_rows():
     thread_ceiling()
     pool_dispatch()
+    colour_pass()
     region_launch()
     sheet_step_threads()
+    large_sheet_step_threads()
     eight_cloths_frame()
 
 

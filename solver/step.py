@@ -8,6 +8,7 @@ import weakref
 import numpy as np
 
 from . import loop
+from . import threads
 from .colliders import collider_scratch
 from .config import new_config
 from .integrate import rows_from_points
@@ -190,6 +191,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             self_contacts = sc.solve_args()
     if cached.default and wind is _NO_FIELD:
         run, records = loop.run, cached.fast_records
+        if model.n >= threads.COLOUR_SPLIT_MIN_VERTICES:  # a large cloth: its colours over numba's threads
+            run = threads.colour_split(model, cached, params, run)
     else:
         run, records = loop.run_general, cached.records
     with _FAST:

@@ -106,6 +106,101 @@ class numba_threads:
         return False
 
 
+# ---------------------------------------------------------------- one large cloth
+#
+# A cloth of at least this many vertices, stepped with 2 numba threads or
+# more, runs loop.run_threaded: each colour of its stretch, shear, bend and
+# limit constraints split over the threads in fixed blocks (bit-identical to
+# loop.run). Off (infinity) by default. Below some 50k vertices the launches
+# cost what the second thread saves (a colour of the 10k-vertex sheet is ~10
+# us of work, a launch a few us: the "colour_pass" and
+# "parallel_region_launch" rows of benchmarks/bench_solver.py show the
+# stretch pass of the 10k sheet gaining nothing on 2 threads and that of a
+# 100k one nearly halving when both cores are free). But a step launches
+# about 30 regions per substep, and each waits for its slowest thread:
+# with other work on the cores (another program, a render) every region
+# waits for a thread to be scheduled again, and the whole step gets several
+# times slower than on one thread (the "large_sheet_swinging_capsule_threads"
+# rows with cores_used below 2). Set a vertex count here to turn it on.
+COLOUR_SPLIT_MIN_VERTICES = float("inf")
+# run_threaded compiles in a background thread the first time a cloth could
+# use it; the steps take loop.run meanwhile (the same result).
+BACKGROUND_COMPILE = True
+_compiled = set()      # argument types run_threaded has compiled for
+_compiling = {}        # argument types -> the thread compiling them
+_compile_lock = threading.Lock()
+
+
+class _ColourSplit:
+    """Stands in for loop.run: the same arguments; calls loop.run_threaded,
+    with the colour offsets added to the constraint records, once compiled
+    for them."""
+
+    def __init__(self, model, fast_records):
+        offsets = [getattr(c, "colour_offsets", None) for c in model.constraints]
+        self.swap = {id(r): r + (o,) for r, o in zip(fast_records, offsets) if o is not None}
+        self.keep = fast_records  # the ids above stay theirs
+
+    def __call__(self, *args):
+        from . import loop
+
+        split = tuple(self.swap.get(id(a), a) for a in args)
+        types = tuple(numba.typeof(a) for a in split)
+        if types in _compiled:
+            return loop.run_threaded(*split)
+        _compile(types)
+        if types in _compiled:
+            return loop.run_threaded(*split)
+        return loop.run(*args)
+
+
+def _compile_now(types):
+    from . import loop
+    from .jit import compiled_fast
+
+    try:
+        with compiled_fast():
+            loop.run_threaded.compile(types)
+    except Exception:  # noqa: BLE001 - the serial loop goes on; a failure is not retried
+        return
+    _compiled.add(types)
+
+
+def _compile(types):
+    with _compile_lock:
+        if types in _compiling:
+            return
+        if not BACKGROUND_COMPILE:
+            _compiling[types] = None
+    if not BACKGROUND_COMPILE:
+        _compile_now(types)
+        return
+    worker = threading.Thread(target=_compile_now, args=(types,), name="drape-compile-threaded", daemon=True)
+    with _compile_lock:
+        _compiling[types] = worker
+    worker.start()
+
+
+def wait_for_compiles(timeout=None):
+    """Wait until run_threaded's background compiles have ended."""
+    for worker in list(_compiling.values()):
+        if worker is not None:
+            worker.join(timeout)
+
+
+def colour_split(model, cached, params, run):
+    """What step() calls for a model of at least COLOUR_SPLIT_MIN_VERTICES
+    vertices at the default settings: `run` (loop.run) unless it steps with
+    2 threads or more (params.threads, and numba's count on this thread: 1
+    in run_all's jobs), then a _ColourSplit (kept on `cached`)."""
+    if resolve(params.threads) < 2 or numba.get_num_threads() < 2:
+        return run
+    split = getattr(cached, "colour_split", None)
+    if split is None:
+        split = cached.colour_split = _ColourSplit(model, cached.fast_records)
+    return split
+
+
 def _serial_worker():
     numba.set_num_threads(1)
 

@@ -284,3 +284,20 @@ def test_side_by_side_under_numba_s_workqueue_layer():
     lines = out.stdout.strip().splitlines()
     assert lines[-1] == "workqueue"
     assert lines[-2].split() == _alone(KINDS * 2, 6)
+
+
+@pytest.mark.slow
+@two_threads
+def test_a_large_cloth_split_by_colour_matches_the_serial_loop(monkeypatch):
+    """loop.run_threaded (each colour over numba's threads) against loop.run,
+    byte for byte, on the default scene and the layered one (self contacts),
+    the threshold lowered so these small cloths take it."""
+    from drape.solver import loop
+
+    monkeypatch.setattr(threads, "COLOUR_SPLIT_MIN_VERTICES", 0)
+    monkeypatch.setattr(threads, "BACKGROUND_COMPILE", False)
+    kinds = ("default", "layered")
+    serial = _alone(kinds, 10, numba_count=1)
+    split = _alone(kinds, 10, numba_count=2)
+    assert loop.run_threaded.signatures, "the split loop never ran: nothing was compared"
+    assert split == serial
