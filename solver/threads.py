@@ -17,12 +17,15 @@ workqueue threading layer, its fallback where neither OpenMP nor TBB loads
 parallel regions at once, even at one thread each
 (tests/solver/test_threads.py steps cloths side by side on it).
 
-The step of one cloth stays serial inside. Its default loop runs a few
-dozen colour batches and per-vertex passes per substep, each a few
+The step of one cloth stays serial inside by default. Its default loop runs
+a few dozen colour batches and per-vertex passes per substep, each a few
 microseconds on a 10k-vertex sheet, and launching a numba parallel region
 costs about as much under the OpenMP layer and ten times more under
 workqueue (benchmarks/bench_solver.py times both: the "parallel_region_launch"
 rows): split per batch, the launches would eat what the second core gives.
+For a much larger cloth the split pays while the cores are free, and costs
+far more than it gives while they are not: loop.run_threaded, behind
+COLOUR_SPLIT_MIN_VERTICES (off by default).
 """
 
 import threading
