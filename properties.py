@@ -104,6 +104,11 @@ class DrapeClothSettings(PropertyGroup):
                           default=4, min=1, max=200, soft_max=40)
     iterations: IntProperty(name="Iterations", description="Constraint iterations per substep",
                             default=1, min=1, max=50, soft_max=10)
+    threads: IntProperty(name="Threads",
+                         description="CPU threads for stepping this cloth beside the scene's other cloths "
+                                     "(0 = Blender's thread setting, Render Properties > Performance); "
+                                     "the result is the same for any number",
+                         default=0, min=0, max=1024, soft_max=64)
 
     # Stiffness (compliance stored, stiffness shown)
     stretch_compliance: _compliance_property("Stretch", 1e-7)

@@ -20,6 +20,8 @@ Options (after ``--`` with Blender):
   --scene NAME       scene to bake, at its own frames (default: the file's active scene)
   --output PATH      save to PATH instead of over the input .blend; the input and the
                      caches it plays are not touched
+  --threads N        CPU threads for the cloths' steps (0 = every core); default: each
+                     cloth's Threads setting (0 there = Blender's, which ``blender -t N`` sets)
   --frame-source F.py:FUNC   advanced/testing: take positions from FUNC(obj) instead of the simulation
 
 One line of progress every 10 frames on stdout. Exit status 0 when baked and
@@ -57,7 +59,19 @@ def parser():
     p.add_argument("--scene")
     p.add_argument("--output")
     p.add_argument("--frame-source")
+    p.add_argument("--threads", type=_thread_count, metavar="N",
+                   help="CPU threads for the steps (0 = every core); default: each cloth's Threads setting")
     return p
+
+
+def _thread_count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--threads must be a whole number >= 0, got {text!r}")
+    return value
 
 
 def _parse(argv):
@@ -171,6 +185,10 @@ def main(argv=None):
     if scene is None:
         print(f"bake_headless: no scene named '{args.scene}' in {source_blend}", file=sys.stderr)
         return 2
+    if args.threads is not None:
+        from ..solver import threads
+
+        threads.set_override(args.threads)
     if args.frame_source:
         job_mod.set_frame_source(_load_source(args.frame_source))
     if args.object:

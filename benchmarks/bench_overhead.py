@@ -14,6 +14,9 @@ optionally a Wind field) played through ``scene.frame_set`` in the bpy module:
   stack including the Geometry Nodes write-back, plus the handler), and
   frame_set_no_drape_ms: the same scene with the cloth disabled.
 
+And eight cloths of one scene played with every cloth's Threads at 1 and
+at 2 (eight_cloths_frame_set; --eight runs only that case).
+
 Prints one JSON line per case. Timings are medians over the played frames.
 """
 
@@ -117,11 +120,102 @@ def run(name, frames=120, warm=10, **kw):
     )), flush=True)
 
 
+# Eight cloths of one scene (28,440 vertices), self collision on two, one
+# capsule swinging through all of them: a frame's independent simulations
+# step side by side (scene.runtime.update_scene, solver.threads).
+EIGHT_CLOTHS = (84, 72, 60, 56, 52, 48, 44, 40)
+EIGHT_SELF = (52, 48)
+
+
+def build_eight():
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = 1, 2000
+    cloths = []
+    for i, n in enumerate(EIGHT_CLOTHS):
+        bpy.ops.mesh.primitive_grid_add(x_subdivisions=n, y_subdivisions=n, size=1.0,
+                                        location=(1.2 * (i - 3.5), 0, 1.5), rotation=(math.pi / 2, 0, 0))
+        cloth = bpy.context.active_object
+        cloth.name = f"Cloth{i}"
+        co = np.empty(len(cloth.data.vertices) * 3, np.float32)
+        cloth.data.vertices.foreach_get("co", co)
+        co = co.reshape(-1, 3)
+        top = np.where(co[:, 1] > co[:, 1].max() - 1e-6)[0]
+        cloth.vertex_groups.new(name="pin").add([int(k) for k in top], 1.0, 'REPLACE')
+        bpy.ops.drape.cloth_add(pin_group="pin")
+        cloth.drape.self_collision = n in EIGHT_SELF
+        cloths.append(cloth)
+    bpy.ops.object.select_all(action='DESELECT')
+    bpy.ops.drape.collider_add(type='CAPSULE', radius=0.1)
+    capsule = bpy.context.active_object
+    capsule.scale = (1.0, 10.0, 1.0)
+    capsule.rotation_euler = (0, 0, -math.pi / 2)
+    for frame, y in ((1, -0.4), (30, 0.4), (60, -0.4)):
+        capsule.location = (-5.0, y, 1.2)
+        capsule.keyframe_insert("location", frame=frame)
+    return scene, cloths
+
+
+def run_eight(blocks=10, per_block=6, warm=12):
+    """frame_set of the eight cloths with every cloth's Threads at 1 and at
+    2, in alternating blocks of frames (wall time: medians and spread)."""
+    import numba
+
+    from drape.scene import runtime
+
+    scene, cloths = build_eight()
+    for f in range(1, warm + 1):
+        scene.frame_set(f)
+    frame = warm
+    times = {1: [], 2: []}
+    steps = {1: [], 2: []}
+    phases = {1: [], 2: []}
+    cpu = {1: [0.0, 0.0], 2: [0.0, 0.0]}  # the cores the process had: CPU over wall time
+    for b in range(blocks):
+        for count in ((1, 2) if b % 2 == 0 else (2, 1)):
+            for c in cloths:
+                c.drape.threads = count
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(per_block):
+                frame += 1
+                t = time.perf_counter()
+                scene.frame_set(frame)
+                times[count].append((time.perf_counter() - t) * 1e3)
+                steps[count].append(runtime.last_frame_ms["steps"])
+                phases[count].append((runtime.last_frame_ms["read"], runtime.last_frame_ms["show"]))
+            cpu[count][0] += time.process_time() - c0
+            cpu[count][1] += time.perf_counter() - w0
+    errors = [runtime.get(c).error for c in cloths if runtime.get(c).error]
+    if errors:
+        raise SystemExit(errors[0])
+    med = lambda a: round(float(np.median(a)), 4)  # noqa: E731
+    for count in (1, 2):
+        print(json.dumps(dict(
+            scene="eight_cloths_frame_set", vertices=sum(len(c.data.vertices) for c in cloths), cloths=len(cloths),
+            self_collision_cloths=len(EIGHT_SELF), substeps=cloths[0].drape.substeps, threads=count,
+            numba_threads=numba.get_num_threads(), frame_set_ms_median=med(times[count]),
+            frame_set_ms_p10=round(float(np.percentile(times[count], 10)), 4),
+            frame_set_ms_p90=round(float(np.percentile(times[count], 90)), 4),
+            speedup_vs_1_thread=round(float(np.median(times[1]) / np.median(times[count])), 3),
+            steps_ms_median=med(steps[count]), steps_speedup_vs_1_thread=round(
+                float(np.median(steps[1]) / np.median(steps[count])), 3),
+            steps_ms_p10=round(float(np.percentile(steps[count], 10)), 4),
+            steps_ms_p90=round(float(np.percentile(steps[count], 90)), 4),
+            read_ms_median=med([p[0] for p in phases[count]]), show_ms_median=med([p[1] for p in phases[count]]),
+            frames=len(times[count]), cores_used=round(cpu[count][0] / cpu[count][1], 3),
+        )), flush=True)
+
+
 def main():
     drape.register()
+    if "--eight" in sys.argv:  # only the eight-cloth frame at 1 and 2 threads
+        run_eight()
+        drape.unregister()
+        return
     run("sheet_100x100_capsule")
     run("sheet_100x100_capsule_wind", wind=True)
     run("sheet_100x100_proxy_45x45_capsule", proxy=45)
+    run_eight()
     drape.unregister()
 
 

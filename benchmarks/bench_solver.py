@@ -1,12 +1,14 @@
 """Solver benchmark: the reference scene (a sheet hanging from its top row, a
 capsule swinging back and forth through it), growth with resolution, JIT
-compile time. One JSON line per case; never part of the test suite.
+compile time, and the same work on 1 and 2 threads (--threads: only those
+rows). One JSON line per case; never part of the test suite.
 
-    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick] [--pinned])
+    make bench-solver            (or: .venv/bin/python benchmarks/bench_solver.py [--quick] [--pinned] [--threads])
     .venv/bin/python benchmarks/bench_solver.py --case garment   (only the garment rows)
 
 --pinned runs only the pinned-sheet rows (strain once settled, tethers on
 and off) and the settling rows (a sphere through a hanging sheet).
+--threads runs only the 1- and 2-thread rows.
 
 Timings are per-step medians of single-threaded steps after warm-up. On a
 shared machine they are noisy: compare medians from the same run. The target
@@ -14,6 +16,7 @@ rows (100x100 at 2 substeps, 32x32 at 20) run three blocks of 240 steps and
 also report the lowest block median (ms_per_step_median_best_block).
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -294,6 +297,288 @@ def pinned_rows(quick):
     for layout in ("two_corners", "one_edge"):
         for drag in (None, 1.0):
             emit(**sphere_hit_settling(50, layout, air_drag=drag))
+# ---------------------------------------------------------------- threads
+#
+# The same work on 1 and 2 threads, in alternating blocks (on a shared
+# machine the load drifts between them): wall time, since CPU time leaves
+# out exactly what a second thread saves.
+
+# Eight independent cloths of different sizes (28,440 vertices), self
+# collision on two, each with its own swinging capsule: the scene of
+# solver.threads.step_all, at the add-on's defaults (24 fps, 4 substeps).
+EIGHT_CLOTHS = (84, 72, 60, 56, 52, 48, 44, 40)
+EIGHT_SELF = (52, 48)
+
+
+def _eight_cloths():
+    from drape.solver.selfcollision import SelfCollision
+
+    params = ClothParams(substeps=4)
+    cloths = []
+    for nx in EIGHT_CLOTHS:
+        rest, fi, fs, pin = hanging_sheet(nx, nx)
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+        if nx in EIGHT_SELF:
+            model.self_collision = SelfCollision.from_model(model, thickness=0.004)
+        cloths.append((model, model.new_state()))
+    return cloths, params
+
+
+def _alternating(work, counts=(1, 2), blocks=12, per_block=10):
+    """{count: per-call wall seconds} of work(count) over `blocks` blocks of
+    `per_block` calls per count, the counts taking turns block by block."""
+    from drape.solver import threads
+
+    times = {c: [] for c in counts}
+    cpu = {c: [0.0, 0.0] for c in counts}
+    for b in range(blocks):
+        for c in (counts if b % 2 == 0 else counts[::-1]):
+            with threads.numba_threads(c):
+                c0, w0 = time.process_time(), time.perf_counter()
+                for _ in range(per_block):
+                    t = time.perf_counter()
+                    work(c)
+                    times[c].append(time.perf_counter() - t)
+                cpu[c][0] += time.process_time() - c0
+                cpu[c][1] += time.perf_counter() - w0
+    # The cores the process had while it ran (CPU time over wall time, all
+    # threads): on a shared machine the second one is often not there, and
+    # no speed-up can exceed this.
+    times["cores_used"] = {c: round(v[0] / v[1], 3) for c, v in cpu.items()}
+    return times
+
+
+def _thread_rows(scene, vertices, substeps, times, **extra):
+    cores = times.pop("cores_used")
+    one = median_ms(times[1])
+    for count, ts in times.items():
+        extra["cores_used"] = cores[count]
+        ms = median_ms(ts)
+        emit(scene=scene, vertices=vertices, substeps=substeps, threads=count,
+             ms_per_step_median=round(ms, 4), ms_per_step_p10=round(float(np.percentile(ts, 10)) * 1e3, 4),
+             ms_per_step_p90=round(float(np.percentile(ts, 90)) * 1e3, 4),
+             speedup_vs_1_thread=round(one / ms, 3), steps=len(ts), load_avg_1min=round(os.getloadavg()[0], 2),
+             **extra)
+
+
+def eight_cloths_frame(blocks=12, per_block=10):
+    """One frame of the eight cloths (solver.threads.step_all) on 1 and 2 threads."""
+    from drape.solver import threads
+
+    cloths, params = _eight_cloths()
+    clock = [0.0]
+
+    def frame(count):
+        t = clock[0]
+        inputs = StepInputs(capsules=swinging_capsule(t, t + 1 / 24))
+        threads.step_all([(m, s, inputs, 1 / 24, params) for m, s in cloths], count)
+        clock[0] = t + 1 / 24
+
+    for _ in range(24):
+        frame(1)
+    times = _alternating(frame, blocks=blocks, per_block=per_block)
+    contacts = sum(m.self_collision.count for m, _ in cloths if m.self_collision is not None)
+    _thread_rows("eight_cloths_frame", sum(m.n for m, _ in cloths), params.substeps, times, cloths=len(cloths),
+                 self_collision_cloths=len(EIGHT_SELF), self_contacts_last=int(contacts))
+
+
+def sheet_step_threads(nx=100, blocks=12, per_block=20):
+    """The 10k reference step (swinging capsule, 2 substeps) with numba at 1
+    and 2 threads: the step of one cloth runs serial inside (solver.threads)."""
+    model, params, _rest = _scene(nx, 2, True)
+    state = model.new_state()
+    clock = [0.0]
+
+    def one(_count):
+        t = clock[0]
+        step(model, state, StepInputs(capsules=swinging_capsule(t, t + DT)), DT, params)
+        clock[0] = t + DT
+
+    for _ in range(60):
+        one(1)
+    _thread_rows("hanging_sheet_swinging_capsule_threads", int(model.n), 2,
+                 _alternating(one, blocks=blocks, per_block=per_block))
+
+
+REGION_PROBE = """
+import json, sys, time
+import numba, numpy as np
+from numba import njit, prange
+
+@njit(parallel=True, nogil=True)
+def region(a):
+    n = a.shape[0]
+    for b in prange(2):
+        for i in range(b * n // 2, (b + 1) * n // 2):
+            a[i] = a[i] * np.float32(0.999) + np.float32(0.001)
+
+a = np.ones(2500, np.float32)
+region(a)
+numba.set_num_threads(2)
+ts = []
+for _ in range(3000):
+    t = time.perf_counter()
+    region(a)
+    ts.append(time.perf_counter() - t)
+print(json.dumps([numba.threading_layer(), float(np.median(ts)) * 1e6, float(np.percentile(ts, 90)) * 1e6]))
+"""
+
+
+def region_launch():
+    """What one numba parallel region over 2,500 floats costs on 2 threads,
+    per threading layer (each in its own process: numba picks one per
+    process). The reason one cloth's colour batches stay serial."""
+    for layer in ("default", "workqueue"):
+        env = dict(os.environ)
+        if layer != "default":
+            env["NUMBA_THREADING_LAYER"] = layer
+        res = subprocess.run([sys.executable, "-c", REGION_PROBE], env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            emit(scene="parallel_region_launch", vertices=None, substeps=None, threads=2, layer=layer,
+                 ms_per_step_median=None, error=res.stderr.strip().splitlines()[-1:])
+            continue
+        name, med, p90 = json.loads(res.stdout.strip().splitlines()[-1])
+        emit(scene="parallel_region_launch", vertices=None, substeps=None, threads=2, layer=name,
+             ms_per_step_median=None, us_per_region_median=round(med, 2), us_per_region_p90=round(p90, 2))
+
+
+CEILING_PROBE = """
+import json, threading, time
+import numpy as np
+from numba import njit
+
+@njit(nogil=True)
+def spin(n):
+    s = 0.0
+    for i in range(n):
+        s += np.sqrt(i * 1.0)
+    return s
+
+spin(10)
+out = {}
+for rep in range(5):
+    for k in (1, 2):
+        ts = [threading.Thread(target=spin, args=(30_000_000,)) for _ in range(k)]
+        t = time.perf_counter()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        out.setdefault(k, []).append((time.perf_counter() - t) / k)
+print(json.dumps([float(np.median(out[1])), float(np.median(out[2]))]))
+"""
+
+
+def thread_ceiling():
+    """What 2 threads can give on this machine now: two independent loops
+    that share nothing and hold no lock, time per loop on 1 and 2 threads.
+    On a machine whose other core is busy with other work this stays near
+    1x, and no thread row of the same run can beat it."""
+    res = subprocess.run([sys.executable, "-c", CEILING_PROBE], capture_output=True, text=True, check=True)
+    one, two = json.loads(res.stdout.strip().splitlines()[-1])
+    emit(scene="parallel_ceiling", vertices=None, substeps=None, threads=2, ms_per_step_median=None,
+         ms_per_loop_1_thread=round(one * 1e3, 3), ms_per_loop_2_threads=round(two * 1e3, 3),
+         speedup_vs_1_thread=round(one / two, 3), load_avg_1min=round(os.getloadavg()[0], 2))
+
+
+def pool_dispatch(repeats=400, spin_us=(25, 100, 400)):
+    """threads.run_all of two jobs that each spin for a fixed time without
+    the GIL, on the calling thread and on 2 threads: how long a job must be
+    before a second thread pays (solver.threads.MIN_PARALLEL_COST_NS)."""
+    from numba import njit
+
+    from drape.solver import threads
+
+    @njit(nogil=True)
+    def spin(count):
+        s = 0.0
+        for i in range(count):
+            s += np.sqrt(float(i))
+        return s
+
+    spin(10)
+    t = time.perf_counter()
+    spin(10_000_000)
+    per_count = (time.perf_counter() - t) / 10_000_000
+    for us in spin_us:
+        count = int(us * 1e-6 / per_count)
+        jobs = [lambda: spin(count)] * 2
+        times = {1: [], 2: []}
+        for _ in range(repeats):
+            for c in (1, 2):
+                t = time.perf_counter()
+                threads.run_all(jobs, c)
+                times[c].append(time.perf_counter() - t)
+        one = float(np.median(times[1]))
+        for c, ts in times.items():
+            emit(scene="pool_dispatch", vertices=None, substeps=None, threads=c, jobs=2,
+                 us_per_job=round(one / 2 * 1e6, 1),
+                 ms_per_step_median=None, us_per_run_median=round(float(np.median(ts)) * 1e6, 2),
+                 us_per_run_p90=round(float(np.percentile(ts, 90)) * 1e6, 2),
+                 speedup_vs_1_thread=round(one / float(np.median(ts)), 3))
+
+
+def colour_pass(sizes=(100, 316), repeats=600):
+    """The stretch pass alone (constraints.distance: solve_distance_fast4 on
+    1 thread, solve_distance_colours on 2) of a 10k and a 100k-vertex sheet:
+    where splitting each colour over threads starts to pay
+    (solver.threads.COLOUR_SPLIT_MIN_VERTICES)."""
+    from drape.solver import threads
+    from drape.solver.constraints.distance import solve_distance_colours, solve_distance_fast4
+    from drape.solver.jit import compiled_fast
+
+    for nx in sizes:
+        model, _params, rest = _scene(nx, 2, True)
+        st = model.stretch
+        st.set_inverse_masses(model.inv_mass)
+        st.refresh_coefficients(1e-3)
+        ab, coef, offsets = st.ab_rec, st.coef.reshape(-1), st.colour_offsets
+        p4 = np.zeros(4 * model.n, np.float32)
+        p4[0::4], p4[2::4] = rest[:, 0] * 1.01, rest[:, 2] * 1.01
+        kernels = {1: lambda: solve_distance_fast4(p4, ab, coef, False),
+                   2: lambda: solve_distance_colours(p4, ab, coef, offsets, False)}
+        with compiled_fast():
+            for c, k in kernels.items():
+                with threads.numba_threads(c):
+                    k()
+            times = _alternating(lambda c: kernels[c](), blocks=12, per_block=repeats // 12)
+        _thread_rows("colour_pass_stretch", int(model.n), None, times, colours=int(len(offsets) - 1))
+
+
+def large_sheet_step_threads(nx=316, blocks=8, per_block=10):
+    """A 100k-vertex sheet with the swinging capsule, 2 substeps: loop.run on
+    1 thread, loop.run_threaded (each colour split, turned on for this row:
+    solver.threads.COLOUR_SPLIT_MIN_VERTICES) on 2."""
+    from drape.solver import threads
+
+    threads.BACKGROUND_COMPILE = False  # compiled before the timing, not during it
+    threads.COLOUR_SPLIT_MIN_VERTICES, saved = 0, threads.COLOUR_SPLIT_MIN_VERTICES  # on, whatever the default
+    model, params, _rest = _scene(nx, 2, True)
+    state = model.new_state()
+    clock = [0.0]
+
+    def one(_count):
+        t = clock[0]
+        step(model, state, StepInputs(capsules=swinging_capsule(t, t + DT)), DT, params)
+        clock[0] = t + DT
+
+    for c in (1, 2, 1, 2):
+        with threads.numba_threads(c):
+            one(c)
+    _thread_rows("large_sheet_swinging_capsule_threads", int(model.n), 2,
+                 _alternating(one, blocks=blocks, per_block=per_block))
+    threads.BACKGROUND_COMPILE = True
+    threads.COLOUR_SPLIT_MIN_VERTICES = saved
+
+
+def thread_rows():
+    thread_ceiling()
+    pool_dispatch()
+    colour_pass()
+    region_launch()
+    sheet_step_threads()
+    large_sheet_step_threads()
+    eight_cloths_frame()
 
 
 def main():
@@ -303,6 +588,9 @@ def main():
         return
     if "--pinned" in sys.argv:
         pinned_rows(quick)
+        return
+    if "--threads" in sys.argv:  # only the 1- and 2-thread rows
+        thread_rows()
         return
     ct = compile_times()
     emit(scene="jit_compile", vertices=81, substeps=2, threads=1, ms_per_step_median=None,
@@ -330,6 +618,7 @@ def main():
         row["ns_per_vertex_vs_32"] = round(per_vertex / base, 3)
         emit(**row)
     garment_rows()
+    thread_rows()
 
 
 if __name__ == "__main__":

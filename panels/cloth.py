@@ -73,6 +73,7 @@ def _draw_main(self, context):
     col = layout.column()
     col.prop(s, "substeps")
     col.prop(s, "iterations")
+    col.prop(s, "threads")
     col.prop(s, "areal_density")
     col.prop_search(s, "mass_group", obj, "vertex_groups")
     col.prop(s, "gravity_scale")

@@ -234,6 +234,15 @@ def gravity(scene, settings):
     return (g[0] * s, g[1] * s, g[2] * s)
 
 
+def thread_count(settings, scene):
+    """The cloth's Threads, or Blender's own thread count when it is 0
+    (Render Properties > Performance: every core unless set to Fixed)."""
+    if settings.threads > 0:
+        return int(settings.threads)
+    render = getattr(scene, "render", None)
+    return max(0, int(getattr(render, "threads", 0) or 0))
+
+
 def cloth_params(settings, scene, solver):
     """The solver's parameters, in SI units: lengths (Thickness) are stored
     in scene units and go to the solver in metres."""
@@ -278,6 +287,7 @@ def cloth_params(settings, scene, solver):
         max_distance=settings.max_distance * unit,
         backstop_distance=settings.backstop_distance * unit,
         backstop_radius=settings.backstop_radius * unit,
+        threads=thread_count(settings, scene),
     )
     names = {f.name for f in dataclasses.fields(solver.ClothParams)}
     return solver.ClothParams(**{k: v for k, v in values.items() if k in names})

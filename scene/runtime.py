@@ -537,80 +537,150 @@ def _reset(sim, objs, scene, depsgraph):
 # --------------------------------------------------------------------------- stepping
 
 
-def _show_all(sim, objs, samples, frame):
-    """Skin (proxy/automatic), go to object space, cache and write every member."""
+def _skin_all(sim, samples):
+    """Every member's simulated positions (world, metres), skinned onto its
+    dense mesh (proxy/automatic): the solver only, no bpy, so it runs beside
+    the other simulations' (_Advance.run). Returns (parts, skin ms)."""
     coarse = sim.state.positions_aos()
-    skin_ms = write_ms = 0.0
-    for obj, m, dense in zip(objs, sim.members, samples):
-        t = time.perf_counter()
+    t = time.perf_counter()
+    parts = []
+    for m, dense in zip(sim.members, samples):
         part = coarse[m.start:m.stop]
         if m.binding is not None:
             from ..solver import skinning
 
             part = skinning.skin(m.binding, part, pin_targets=dense.positions)
-        t1 = time.perf_counter()
+        parts.append(part)
+    return parts, (time.perf_counter() - t) * 1e3
+
+
+def _show_all(sim, objs, samples, frame, skinned=None):
+    """Skin (proxy/automatic; ``skinned``: _skin_all's result when done
+    already), go to object space, cache and write every member."""
+    parts, skin_ms = _skin_all(sim, samples) if skinned is None else skinned
+    t = time.perf_counter()
+    for obj, m, dense, part in zip(objs, sim.members, samples, parts):
         local = meshdata.to_local(part, dense.matrix, m.unit)
         m.frames[frame] = local
         writeback.write_result(obj, local)
-        skin_ms += (t1 - t) * 1e3
-        write_ms += (time.perf_counter() - t1) * 1e3
-    sim.last_skin_ms, sim.last_write_ms = skin_ms, write_ms
+    sim.last_skin_ms, sim.last_write_ms = skin_ms, (time.perf_counter() - t) * 1e3
 
 
-def _advance(sim, objs, scene, depsgraph, frame):
-    solver = _solver()
-    lead = objs[0].drape
-    gap = frame - sim.last_frame
-    t0 = time.perf_counter()
-    # Everything is read and checked before anything changes: a bad input
-    # raises here and leaves the cloth where it stands.
-    samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
-    col_end = colliders_mod.read(scene, depsgraph)
-    air = None
-    if wind.wind_fields(scene):
-        air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame, unit=sim.members[0].unit)
-    prm = params.cloth_params(lead, scene, solver)
-    prev_t = np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1 else sim.members[0].prev_targets
-    targets, pin_w = _targets(sim, objs, samples)
-    if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
-        self_params = _self_params(objs, sim.members[0].unit)
-        sim.model.self_collision.set_params(**self_params)
-        _set_layer_offsets(sim, self_params)
-        _sync_contact_cache(sim, objs, lead)
-    dt = scene.render.fps_base / scene.render.fps
-    read_ms = (time.perf_counter() - t0) * 1e3
+class _Advance:
+    """One frame forward of one simulation, in three parts: ``read`` (on
+    Blender's thread: everything is read and checked before anything
+    changes), ``run`` (the solver steps and the skinning, no bpy: several
+    simulations' runs go side by side in threads.run_all) and ``finish`` (on
+    Blender's thread again: write, bookkeeping)."""
 
-    step_ms = 0.0
-    col_start = sim.prev_colliders
-    for k in range(1, gap + 1):
-        if gap == 1:
-            tgt, c0, c1 = targets, col_start, col_end
-        else:
-            tgt = prev_t + (targets - prev_t) * (k / gap)
-            c0 = colliders_mod.interpolate(col_start, col_end, (k - 1) / gap)
-            c1 = colliders_mod.interpolate(col_start, col_end, k / gap)
-        capsules, planes = colliders_mod.solver_inputs(c0, c1, solver)
-        inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
-                                   wind_velocity=air)
-        inputs.boxes = colliders_mod.box_inputs(c0, c1, solver)
+    def __init__(self, sim, objs, scene, depsgraph, frame):
+        self.sim, self.objs, self.frame = sim, objs, frame
+        self.read(scene, depsgraph)
+
+    def read(self, scene, depsgraph):
+        sim, objs, frame = self.sim, self.objs, self.frame
+        solver = _solver()
+        lead = objs[0].drape
+        gap = frame - sim.last_frame
+        t0 = time.perf_counter()
+        # A bad input raises here and leaves the cloth where it stands.
+        samples = [_sample(o, m, depsgraph) for o, m in zip(objs, sim.members)]
+        col_end = colliders_mod.read(scene, depsgraph)
+        air = None
+        if wind.wind_fields(scene):
+            air = wind.wind_velocity(scene, depsgraph, sim.state.positions.T, frame, unit=sim.members[0].unit)
+        prm = params.cloth_params(lead, scene, solver)
+        prev_t = (np.concatenate([m.prev_targets for m in sim.members]) if len(objs) > 1
+                  else sim.members[0].prev_targets)
+        targets, pin_w = _targets(sim, objs, samples)
+        if sim.model.self_collision is not None:  # thickness, friction... change without a rebuild
+            self_params = _self_params(objs, sim.members[0].unit)
+            sim.model.self_collision.set_params(**self_params)
+            _set_layer_offsets(sim, self_params)
+            _sync_contact_cache(sim, objs, lead)
+        dt = scene.render.fps_base / scene.render.fps
+        col_start = sim.prev_colliders
+        self.inputs = []
+        for k in range(1, gap + 1):
+            if gap == 1:
+                tgt, c0, c1 = targets, col_start, col_end
+            else:
+                tgt = prev_t + (targets - prev_t) * (k / gap)
+                c0 = colliders_mod.interpolate(col_start, col_end, (k - 1) / gap)
+                c1 = colliders_mod.interpolate(col_start, col_end, k / gap)
+            capsules, planes = colliders_mod.solver_inputs(c0, c1, solver)
+            inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
+                                       wind_velocity=air)
+            inputs.boxes = colliders_mod.box_inputs(c0, c1, solver)
+            self.inputs.append(inputs)
+        self.samples, self.col_end, self.dt, self.params = samples, col_end, dt, prm
+        self.read_ms = (time.perf_counter() - t0) * 1e3
+
+    @property
+    def cost(self):
+        """About how long run takes, relative to the others (threads.run_all
+        starts the long ones first): its last step's time when it has one
+        (self collision costs more than the vertex count says), else an
+        estimate from its vertices and substeps; in nanoseconds."""
+        per_step = self.sim.last_step_ms * 1e6
+        if not per_step > 0.0:
+            per_step = (_solver_threads().NS_PER_VERTEX_SUBSTEP * self.sim.model.n
+                        * max(1, int(self.params.substeps)))
+        return per_step * len(self.inputs)
+
+    def run(self):
+        """The steps, then the skinning of the result; the solver only.
+        Returns the wall time per step (ms)."""
+        solver = _solver()
+        sim = self.sim
         t = time.perf_counter()
+        for inputs in self.inputs:
+            solver.step(sim.model, sim.state, inputs, self.dt, self.params)
+            sim.steps += 1
+        step_ms = (time.perf_counter() - t) * 1e3 / len(self.inputs)
+        self.skinned = _skin_all(sim, self.samples)
+        return step_ms
+
+    def finish(self, step_ms, exc=None):
+        """Show the frame, or raise what the steps raised (named for the artist)."""
+        sim, objs = self.sim, self.objs
+        if exc is not None:
+            if isinstance(exc, _solver().SolverError):
+                raise DrapeInputError(params.solver_message(objs[0], exc, objs), name=objs[0].name) from exc
+            raise exc
+        sim.prev_colliders = self.col_end
+        _show_all(sim, objs, self.samples, self.frame, self.skinned)
+        sim.last_step_ms = step_ms
+        sim.last_read_ms = self.read_ms
+        sim.last_frame = self.frame
+
+
+def _advance(sim, objs, scene, depsgraph, frame, later=None):
+    """Step ``sim`` to ``frame``; with a list ``later``, read only and append
+    the rest of the work (an _Advance) to it for update_scene to finish."""
+    work = _Advance(sim, objs, scene, depsgraph, frame)
+    if later is not None:
+        later.append(work)
+        return
+    with _solver_threads().numba_threads(work.params.threads):
         try:
-            solver.step(sim.model, sim.state, inputs, dt, prm)
-        except solver.SolverError as exc:
-            raise DrapeInputError(params.solver_message(objs[0], exc, objs), name=objs[0].name) from exc
-        step_ms += (time.perf_counter() - t) * 1e3
-        sim.steps += 1
-    sim.prev_colliders = col_end
-    _show_all(sim, objs, samples, frame)
-    sim.last_step_ms = step_ms / gap
-    sim.last_read_ms = read_ms
-    sim.last_frame = frame
+            step_ms, exc = work.run(), None
+        except Exception as err:  # noqa: BLE001 - finish names it for the artist
+            step_ms, exc = 0.0, err
+        work.finish(step_ms, exc)
 
 
-def update_sim(objs, scene, depsgraph, taken=None):
+def _solver_threads():
+    from ..solver import threads
+
+    return threads
+
+
+def update_sim(objs, scene, depsgraph, taken=None, later=None):
     """Bring the preview of ``objs`` (one cloth, or one cloth-cloth group) to
     ``scene.frame_current``. Raises DrapeInputError on bad input (``retry``:
-    nothing was changed)."""
+    nothing was changed). With a list ``later``, a frame that needs solver
+    steps is only read, and its work appended (see _advance)."""
     frame = scene.frame_current
     for obj in objs:
         ensure_uid(obj, taken)
@@ -664,7 +734,7 @@ def update_sim(objs, scene, depsgraph, taken=None):
     if gap > MAX_CATCH_UP:
         raise DrapeInputError(f"'{lead.name}': jumped {gap} frames past the last simulated frame "
                               f"{sim.last_frame}; play from there or from the start frame", name=lead.name)
-    _advance(sim, objs, scene, depsgraph, frame)
+    _advance(sim, objs, scene, depsgraph, frame, later)
     return sim
 
 
@@ -723,6 +793,10 @@ def _record(objs, exc, scene=None):
     return sim
 
 
+# The wall time of the last frame that stepped, by phase of update_scene
+# (ms): reading every simulation, their steps (side by side), showing them.
+last_frame_ms = {}
+
 # uid of a simulation's first cloth -> the messages it has printed that still stand.
 _standing = {}
 
@@ -745,7 +819,11 @@ def _print_new(uid, sim):
 
 def update_scene(scene, depsgraph):
     """Advance every Drape cloth of ``scene``; never raises (errors are kept
-    on the runtime and printed once)."""
+    on the runtime and printed once). The simulations that step this frame
+    (each cloth alone, or a cloth-cloth group) are independent: their solver
+    steps run side by side in threads (solver.threads.run_all; as many as the
+    largest Threads setting among them asks for), everything that touches
+    Blender's data before and after them on this thread."""
     taken = {}
     alive = set()
     units, idle = _units(scene)
@@ -753,16 +831,42 @@ def update_scene(scene, depsgraph):
         if is_baked(obj):  # its bake plays back through the stack, not the live result
             writeback.clear_result(obj)
         alive.add(obj.drape.uid)
+    done = []
+    t0 = time.perf_counter()
     for objs in units:
         if not warmup.ready_for(objs, scene):  # still compiling in the background: left as it is
             alive.update(o.drape.uid for o in objs)
             continue
+        later = []
         try:
-            sim = update_sim(objs, scene, depsgraph, taken)
+            sim = update_sim(objs, scene, depsgraph, taken, later)
         except Exception as exc:  # noqa: BLE001 - a handler must never raise
-            sim = _record(objs, exc, scene)
-        _print_new(objs[0].drape.uid, sim)
+            sim, later = _record(objs, exc, scene), []
+        done.append((objs, sim, later))
         alive.update(o.drape.uid for o in objs)
+    work = [w for _objs, _sim, later in done for w in later]
+    t1 = time.perf_counter()
+    if work:
+        threads = _solver_threads()
+        width = max(threads.resolve(w.params.threads) for w in work)
+        if len(work) == 1:
+            with threads.numba_threads(width):
+                outcomes = threads.run_all([work[0].run], 1)
+        else:
+            outcomes = threads.run_all([w.run for w in work], width, cost=[w.cost for w in work])
+        outcome = dict(zip(map(id, work), outcomes))
+    t2 = time.perf_counter()
+    for objs, sim, later in done:
+        if later:
+            try:
+                with threads.numba_threads(later[0].params.threads):
+                    later[0].finish(*outcome[id(later[0])])
+            except Exception as exc:  # noqa: BLE001 - a handler must never raise
+                sim = _record(objs, exc, scene)
+        _print_new(objs[0].drape.uid, sim)
+    if work:
+        last_frame_ms.update(read=(t1 - t0) * 1e3, steps=(t2 - t1) * 1e3, show=(time.perf_counter() - t2) * 1e3,
+                             simulations=len(work))
     _prune(alive)
 
 
@@ -830,3 +934,5 @@ def unregister():
         while fn in handlers:
             handlers.remove(fn)
     clear()
+    if "threads" in getattr(_solver(), "__dict__", {}):  # a pool exists only once solver.threads ran
+        _solver_threads().shutdown()

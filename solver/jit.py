@@ -25,6 +25,7 @@ numba code (the ODR copies were interchangeable by contract) and only
 removes the sharing between libraries.
 """
 
+import threading
 import types
 
 from llvmlite import binding as _ll
@@ -60,14 +61,28 @@ class compiled_fast:
     defaults. A kernel keeps the code of its first compilation, in the
     process and in numba's cache: one first compiled outside this context
     (a test calling it directly) may round differently when the step later
-    links it."""
+    links it. Several threads may be inside at once (solver.threads steps
+    cloths side by side): the first in turns the vectoriser on, the last out
+    restores numba's setting."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved = None
 
     def __enter__(self):
-        self.saved = _numba_config.SLP_VECTORIZE
-        _numba_config.SLP_VECTORIZE = 1
+        cls = compiled_fast
+        with cls._lock:
+            if cls._depth == 0:
+                cls._saved = _numba_config.SLP_VECTORIZE
+                _numba_config.SLP_VECTORIZE = 1
+            cls._depth += 1
 
     def __exit__(self, *exc):
-        _numba_config.SLP_VECTORIZE = self.saved
+        cls = compiled_fast
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                _numba_config.SLP_VECTORIZE = cls._saved
         return False
 
 

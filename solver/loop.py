@@ -21,7 +21,9 @@ the default settings (one iteration, no damping, no wind), which holds only
 the fast kernels and compiles quickly, and `run_general`, which holds every
 kernel and is compiled the first time a setting needs it. Inside `run`
 the general branches are dead at compile time (numba prunes a branch on a
-constant), so both read the same source.
+constant), so both read the same source. A third, `run_threaded`, is
+`run` with each colour of the constraints split over numba's threads; it
+is compiled only when solver.threads turns it on for a large cloth.
 """
 
 import numba
@@ -37,6 +39,8 @@ from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bendin
                                   solve_bending_fast4)
 from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_distance, solve_distance_fast,
                                    solve_distance_fast4)
+from .constraints.bending import solve_bending_colours
+from .constraints.distance import solve_distance_colours
 from .constraints.pins import solve_soft_pins
 from .constraints.pressure import PressureRecord, solve_pressure
 from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
@@ -51,6 +55,10 @@ from .selfcollision import solve_serial
 
 # Replaced by True in run_general (see jit.specialised).
 GENERAL = False
+# Replaced by True in run_threaded: the default loop with each colour's
+# constraints split over numba's threads (stretch, shear, bend, limits: their
+# records carry their colour offsets as a third array); bit-identical to run.
+THREADED = False
 
 
 @njit(**JIT)
@@ -107,6 +115,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         shear = DistanceRecord(*shear_arrays)
         limits = DistanceRecord(*limits_arrays)
         bend = BendingRecord(*bend_arrays)
+    elif THREADED:
+        stretch = FastDistanceRecord(stretch_arrays[0], stretch_arrays[1])
+        shear = FastDistanceRecord(shear_arrays[0], shear_arrays[1])
+        limits = FastDistanceRecord(limits_arrays[0], limits_arrays[1])
+        bend = FastBendingRecord(bend_arrays[0], bend_arrays[1])
     else:
         stretch = FastDistanceRecord(*stretch_arrays)
         shear = FastDistanceRecord(*shear_arrays)
@@ -203,11 +216,18 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     solve_sewing(pos, sew.ab, sew.w, sew.coef)
             else:
                 to_aos4(pos, p4)
-                solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
-                solve_distance_fast4(p4, shear.ab_rec, shear.coef, False)
-                solve_bending_fast4(p4, bend.idx_rec, bend.coef, cfg.bend_curved != F0)
-                if cfg.use_limits != F0:
-                    solve_distance_fast4(p4, limits.ab_rec, limits.coef, True)
+                if THREADED:
+                    solve_distance_colours(p4, stretch.ab_rec, stretch.coef, stretch_arrays[2], False)
+                    solve_distance_colours(p4, shear.ab_rec, shear.coef, shear_arrays[2], False)
+                    solve_bending_colours(p4, bend.idx_rec, bend.coef, bend_arrays[2], cfg.bend_curved != F0)
+                    if cfg.use_limits != F0:
+                        solve_distance_colours(p4, limits.ab_rec, limits.coef, limits_arrays[2], True)
+                else:
+                    solve_distance_fast4(p4, stretch.ab_rec, stretch.coef, False)
+                    solve_distance_fast4(p4, shear.ab_rec, shear.coef, False)
+                    solve_bending_fast4(p4, bend.idx_rec, bend.coef, cfg.bend_curved != F0)
+                    if cfg.use_limits != F0:
+                        solve_distance_fast4(p4, limits.ab_rec, limits.coef, True)
                 if fast_tethers:
                     solve_tethers_fast4(p4, tether.vertex_rec, tether.anchor_rec, tether.length, tether.coef,
                                         cfg.tether_scale)
@@ -267,6 +287,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
 
 run = njit(**JIT)(specialised(_run, "run", GENERAL=False))
 run_general = njit(**JIT)(specialised(_run, "run_general", GENERAL=True))
+# Compiled only for a large cloth stepped on several threads
+# (solver.threads.colour_loop), in the background.
+run_threaded = njit(**JIT)(specialised(_run, "run_threaded", THREADED=True))
 
 
 # ---------------------------------------------------------------- compiling ahead

@@ -133,6 +133,10 @@ class ClothParams:
     max_distance: float = 0.0
     backstop_distance: float = 0.0
     backstop_radius: float = 0.0
+    # CPU threads for stepping this cloth beside others (threads.step_all)
+    # and for the parallel passes around the step; 0 = every core. The
+    # results are the same for any value.
+    threads: int = 0
 
     def validate(self):
         if int(self.substeps) < 1:
@@ -160,6 +164,8 @@ class ClothParams:
             v = float(getattr(self, name))
             if not np.isfinite(v) or v >= 1.0:
                 raise SolverError(f"ClothParams.{name} must be finite and < 1 (1 shrinks to nothing), got {v}")
+        if int(self.threads) != self.threads or int(self.threads) < 0:
+            raise SolverError(f"ClothParams.threads must be a whole number >= 0, got {self.threads}")
         if float(self.max_velocity) < 0 or np.isnan(float(self.max_velocity)):
             raise SolverError(f"ClothParams.max_velocity must be >= 0, got {self.max_velocity}")
 

@@ -8,6 +8,7 @@ import weakref
 import numpy as np
 
 from . import loop
+from . import threads
 from .colliders import collider_scratch
 from .colliders.box import PACKED as _BOX_PACKED, box_scratch
 from .config import new_config
@@ -209,6 +210,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         boxes = _EMPTY_BOXES
     if cached.default and wind is _NO_FIELD and boxes.shape[0] == 0:
         run, records = loop.run, cached.fast_records
+        if model.n >= threads.COLOUR_SPLIT_MIN_VERTICES:  # a large cloth: its colours over numba's threads
+            run = threads.colour_split(model, cached, params, run)
     else:
         run, records = loop.run_general, cached.records
     with _FAST:

@@ -8,7 +8,7 @@ this script then loads the add-on from the checkout it lives in)::
 
 With the bpy module (the dev venv)::
 
-    .venv/bin/python tools/bake_headless.py shot.blend --object Cape --target PC2
+    .venv/bin/python tools/bake_headless.py shot.blend --object Cape --target PC2 [--threads 8]
 
 Options, exit status and the farm command for an installed extension: see
 ``bake/headless.py`` (this script registers Drape from the checkout, then

@@ -9,11 +9,12 @@ solve_bending_fast and solve_bending_fast4 (undamped, one iteration).
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .. import topology
 from ..config import as_f32, as_u32, EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT
+from .distance import COLOUR_BLOCK
 
 # idx (4, m) vertices, k (4, m) weights, wk = w k, swk2 = sum w k^2, rest
 # norms, lam; the fast kernels' flat indices (idx4), records (coef: k1, k2,
@@ -80,6 +81,12 @@ class BendingConstraints:
     def packed_fast(self):
         """The fast kernels' arrays, as a FastBendingRecord."""
         return FastBendingRecord(self.idx_rec, self.coef.reshape(-1))
+
+    @property
+    def colour_offsets(self):
+        """Where each colour's elements start, and the end (int64): what
+        solve_bending_colours splits."""
+        return self.offsets.astype(np.int64)
 
     def prepare(self, c, inv_h2):
         """(record, fast record) for the step's config record c and 1/h^2;
@@ -270,3 +277,21 @@ def _bending_fast4(p4, idx4, coef, curved):
         p4[i3 + 1] -= s * ly
         p4[i3 + 2] -= s * lz
         p4[i3 + 3] -= s * lw
+
+
+def _bending_colours_impl(p4, idx4, coef, offsets, curved):
+    for c in range(offsets.shape[0] - 1):
+        start, end = offsets[c], offsets[c + 1]
+        blocks = (end - start + COLOUR_BLOCK - 1) // COLOUR_BLOCK
+        for b in prange(blocks):
+            lo = start + b * COLOUR_BLOCK
+            hi = min(end, lo + COLOUR_BLOCK)
+            if curved:
+                _bending_fast4(p4, idx4[4 * lo:4 * hi], coef[8 * lo:8 * hi], True)
+            else:
+                _bending_fast4(p4, idx4[4 * lo:4 * hi], coef[8 * lo:8 * hi], False)
+
+
+# solve_bending_fast4 split over numba's threads as solve_distance_colours
+# (distance.py) splits the distance constraints: bit-identical to it.
+solve_bending_colours = njit(parallel=True, **JIT)(_bending_colours_impl)

@@ -11,7 +11,7 @@ the x, y, z, 0 records of integrate.to_aos4).
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .. import topology
 from ..config import as_f32, as_u32, EPS, F0, F1
@@ -110,6 +110,12 @@ class DistanceConstraints:
     def packed_fast(self):
         """The fast kernels' arrays, as a FastDistanceRecord."""
         return FastDistanceRecord(self.ab_rec, self.coef.reshape(-1))
+
+    @property
+    def colour_offsets(self):
+        """Where each colour's constraints start, and the end (int64): what
+        solve_distance_colours splits."""
+        return self.offsets.astype(np.int64)
 
     def prepare(self, c, inv_h2):
         """(record, fast record) for the step's config record c and 1/h^2
@@ -257,3 +263,29 @@ def solve_distance_fast4(p4, ab, coef, unilateral):
         _distance_fast4(p4, ab, coef, True)
     else:
         _distance_fast4(p4, ab, coef, False)
+
+
+# Constraints per block of solve_distance_colours / solve_bending_colours:
+# a fixed partition of each colour, the same for any thread count.
+COLOUR_BLOCK = 2048
+
+
+def _distance_colours_impl(p4, ab, coef, offsets, unilateral):
+    for c in range(offsets.shape[0] - 1):
+        start, end = offsets[c], offsets[c + 1]
+        blocks = (end - start + COLOUR_BLOCK - 1) // COLOUR_BLOCK
+        for b in prange(blocks):
+            lo = start + b * COLOUR_BLOCK
+            hi = min(end, lo + COLOUR_BLOCK)
+            if unilateral:
+                _distance_fast4(p4, ab[2 * lo:2 * hi], coef[4 * lo:4 * hi], True)
+            else:
+                _distance_fast4(p4, ab[2 * lo:2 * hi], coef[4 * lo:4 * hi], False)
+
+
+# solve_distance_fast4 with the constraints of each colour split over numba's
+# threads in blocks of COLOUR_BLOCK: no two constraints of a colour share a
+# vertex, so the blocks are independent and each runs the serial kernel on
+# its slice, and the result is bit-identical to solve_distance_fast4's for
+# any thread count (tests/solver/test_threads.py). offsets: colour_offsets.
+solve_distance_colours = njit(parallel=True, **JIT)(_distance_colours_impl)
