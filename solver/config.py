@@ -31,6 +31,7 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "bend_curved",   # 1: some bending element has a curved rest shape (rest norm != 0)
     "use_edges",     # 1: capsule contacts of the edges and faces too (ClothParams.edge_contacts)
     "edge_reach",    # m: how far past the capsules' boxes the edge and face passes look (SurfaceEdges.reach)
+    "settle_rate", "settle_speed",  # settling damping, 1/s and m/s (ClothParams.settle_damping, settle_speed)
 )])
 
 

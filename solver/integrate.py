@@ -216,6 +216,60 @@ def update_velocities(pos, prev, vel, contact, clist, ccount, h, mu_s, mu_k, max
                           contact[3], inv_h, max_v)
 
 
+@njit(pipeline_class=NoAliasCompiler, **FLAT)
+def _settle_rows(vx, vy, vz, inv_mass, rx, ry, rz, k, vs, dt):
+    """v = ref + (v - ref) exp(-k vs / (vs + |v - ref|) dt) for the free
+    vertices (see settle_velocities), branch-free."""
+    n = np.uint64(vx.shape[0])
+    kdt = k * vs * dt
+    for i in range(n):
+        ux, uy, uz = vx[i] - rx, vy[i] - ry, vz[i] - rz
+        s = np.sqrt(ux * ux + uy * uy + uz * uz)
+        f = np.exp(-kdt / (vs + s))
+        f = f if inv_mass[i] != F0 else F1
+        vx[i] = rx + ux * f
+        vy[i] = ry + uy * f
+        vz[i] = rz + uz * f
+
+
+@njit(**FLAT)
+def settle_velocities(vel, inv_mass, kin, pin_start, pin_end, dt, k, vs):
+    """Settling damping, once a step of dt seconds: each free vertex's
+    velocity relative to the cloth's motion decays at the rate k vs / (vs +
+    s), s its relative speed. Below vs that is plain drag at k (1/s): the
+    last slow swings die out; above it a constant deceleration of at most
+    k vs (m/s^2), like dry friction, so fast motion keeps nearly all of its
+    speed. Smooth in s (dry friction itself sticks and slips: it jitters).
+    The cloth's motion is the mean velocity of its kinematic pins over the
+    step (a cloth pinned to a moving character follows it undamped), or,
+    with no pins, its centre of mass's (a falling cloth falls freely).
+    Applied to each step's end velocities, per second of dt: the same decay
+    at any frame rate and number of substeps."""
+    nk = kin.shape[0]
+    rx, ry, rz = F0, F0, F0
+    if nk > 0:
+        for j in range(np.uint64(nk)):
+            i = kin[j]
+            rx += pin_end[0, i] - pin_start[0, i]
+            ry += pin_end[1, i] - pin_start[1, i]
+            rz += pin_end[2, i] - pin_start[2, i]
+        s = F1 / (np.float32(nk) * dt)
+        rx, ry, rz = rx * s, ry * s, rz * s
+    else:
+        m = F0
+        for i in range(np.uint64(vel.shape[1])):
+            w = inv_mass[i]
+            if w != F0:
+                w = F1 / w
+                m += w
+                rx += w * vel[0, i]
+                ry += w * vel[1, i]
+                rz += w * vel[2, i]
+        if m > F0:
+            rx, ry, rz = rx / m, ry / m, rz / m
+    _settle_rows(vel[0], vel[1], vel[2], inv_mass, rx, ry, rz, k, vs, dt)
+
+
 @njit(**FLAT)
 def to_aos4(pos, p4):
     """(3, n) -> flat (4n,) x, y, z, 0 records: one 16-byte load/store per

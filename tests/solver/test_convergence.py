@@ -13,7 +13,8 @@ from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, t
 from drape.solver import model as model_module
 
 # The add-on's defaults (properties.py) at 24 frames a second.
-ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
+             settle_damping=10.0, settle_speed=0.1)
 LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
 
 
@@ -225,3 +226,144 @@ def test_sheets_of_other_meshes_hung_from_two_corners_converge(kind, nx):
     s = oracles.edge_strain(state.positions_aos().astype(np.float64), model.stretch.pairs, rest)
     assert s.max() <= 0.10, f"max stretch {s.max():.3f}"
     assert np.abs(s).mean() <= 0.01, f"mean |strain| {np.abs(s).mean():.4f}"
+
+
+# ---- settling damping (ClothParams.settle_damping): after a sphere has gone
+# through a hanging sheet it comes to rest, at any resolution, hit speed,
+# number of substeps and frame rate; it does not slow a falling sheet (the
+# oracle: the analytic fall under linear drag) nor a drape over a sphere
+# more than a stated fraction, and a sheet hung from moving pins follows
+# them (a sheet in uniform motion hangs straight below its pins, at the
+# pins' velocity).
+
+STILL = 1e-4  # m a frame at 24 frames a second: "at rest"
+
+
+def _hit_then_moves(nx, layout, speed, seconds, fps=24, **settings):
+    """The sheet hung for 2 s, a 15 cm sphere through its middle along y at
+    `speed` m/s, then `seconds` without it: the largest vertex movement in
+    each frame, scaled to a 24 fps frame (m)."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held_vertices(rest, layout).astype(float),
+                        params)
+    state = model.new_state()
+    dt = 1 / fps
+    for _ in range(2 * fps):
+        step(model, state, None, dt, params)
+    radius, y = np.array([0.15]), -0.5
+    while y < 0.5:
+        a0, a1 = np.array([[0.5, y, 0.5]]), np.array([[0.5, y + speed * dt, 0.5]])
+        step(model, state, StepInputs(capsules=Capsules(a0=a0, b0=a0, a1=a1, b1=a1, radius_a=radius,
+                                                        radius_b=radius)), dt, params)
+        y += speed * dt
+    moves = []
+    for _ in range(int(seconds * fps)):
+        before = state.positions.astype(np.float64)
+        step(model, state, None, dt, params)
+        moves.append(float(np.abs(state.positions - before).max()) * fps / 24)
+    return np.asarray(moves)
+
+
+def _settle_cases():
+    for nx in (20, 30, 50):
+        for speed in (1.0, 4.0):
+            for substeps, fps in ((4, 24), (2, 24), (2, 60)):
+                if nx > 20 and substeps == 2 and fps == 24:
+                    continue
+                yield pytest.param(nx, speed, substeps, fps, id=f"{nx}x{nx}-{speed}m_s-{substeps}sub-{fps}fps")
+
+
+@pytest.mark.parametrize("nx,speed,substeps,fps", list(_settle_cases()))
+def test_sheet_comes_to_rest_after_a_sphere_passes(nx, speed, substeps, fps):
+    """With the default settling every vertex moves under 0.1 mm a frame
+    within 7 s of the sphere leaving, and stays so; without it (the air drag
+    alone) the sheet still swings by over 1 mm a frame at that time."""
+    moves = _hit_then_moves(nx, "two_corners", speed, 8, fps, substeps=substeps)
+    at = 7 * fps
+    assert moves[at:].max() < STILL, (np.flatnonzero(moves >= STILL)[-1] + 1) / fps
+    free = _hit_then_moves(nx, "two_corners", speed, 7, fps, substeps=substeps, settle_damping=0.0)
+    assert free[-fps // 4:].max() > 10 * STILL
+
+
+@pytest.mark.xfail(strict=True, reason="the swing after the hit takes over 4 s to settle at the default "
+                   "settling; within 2 s it takes damping that visibly slows a pinned sheet's swing")
+@pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
+def test_sheet_comes_to_rest_within_two_seconds(layout):
+    moves = _hit_then_moves(20, layout, 1.0, 2)
+    assert moves[-1] < STILL, moves[-1]
+
+
+def _dropped(nx, seconds, sphere, fps=24, **settings):
+    """A flat 1 m sheet released 0.5 m above the origin, optionally over a
+    30 cm sphere there: its z rows after `seconds`."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx, plane="xy")
+    rest = rest - np.array([0.5, 0.5, -0.5])
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), np.zeros(len(rest)), params)
+    state = model.new_state()
+    c, r = np.zeros((1, 3)), np.array([0.3])
+    inputs = StepInputs(capsules=Capsules(a0=c, b0=c, a1=c, b1=c, radius_a=r, radius_b=r)) if sphere else None
+    for _ in range(int(round(seconds * fps))):
+        step(model, state, inputs, 1 / fps, params)
+    return state.positions[2].astype(np.float64)
+
+
+@pytest.mark.parametrize("nx", [10, 30])
+@pytest.mark.parametrize("substeps", [2, 4])
+def test_settling_does_not_slow_a_free_fall(nx, substeps):
+    """The falling sheet's drop in 1 s is that of the integrator's recurrence
+    under the air drag c alone (v += -c h v + g h, then x += h v, each
+    substep h), within 0.1 %; it is no less than the analytic fall,
+    g/c (t - (1 - exp(-ct))/c), less 0.1 % (semi-implicit Euler falls
+    g t h / 2 ahead of it); and settling changes it by under 0.05 %."""
+    c, t, g = ADDON["air_drag"], 1.0, 9.81
+    h = 1 / 24 / substeps
+    v = x = 0.0
+    for _ in range(round(t / h)):
+        v += -c * h * v + g * h
+        x += h * v
+    drop = 0.5 - _dropped(nx, t, False, substeps=substeps).mean()
+    assert abs(drop / x - 1) < 1e-3, (drop, x)
+    assert drop > (1 - 1e-3) * g / c * (t - (1 - np.exp(-c * t)) / c)
+    plain = 0.5 - _dropped(nx, t, False, substeps=substeps, settle_damping=0.0).mean()
+    assert abs(drop / plain - 1) < 5e-4, (drop, plain)
+
+
+@pytest.mark.parametrize("nx", [20, 30])
+def test_settling_barely_slows_a_drape_over_a_sphere(nx):
+    """Dropped over a sphere, the sheet's corners have fallen at least 97 %
+    as far after 0.4 s as without settling, and the draped sheet ends as
+    low (within 1 cm) after 3 s."""
+    plain = 0.5 - _dropped(nx, 0.4, True, settle_damping=0.0)
+    settled = 0.5 - _dropped(nx, 0.4, True)
+    corners = [0, nx, nx * (nx + 1), (nx + 1) ** 2 - 1]
+    assert np.all(settled[corners] >= 0.97 * plain[corners]), settled[corners] / plain[corners]
+    end_plain, end = _dropped(nx, 3.0, True, settle_damping=0.0), _dropped(nx, 3.0, True)
+    assert abs(end.mean() - end_plain.mean()) < 0.01 and abs(end.min() - end_plain.min()) < 0.01
+
+
+@pytest.mark.parametrize("nx", [10, 20])
+@pytest.mark.parametrize("velocity", [(1.0, 0.0, 0.0), (0.0, 2.0, 0.0), (0.5, 0.0, 0.5)])
+def test_sheet_follows_translating_pins(nx, velocity):
+    """Pinned by its top row to pins that move at a constant velocity u
+    from t = 0, with no air drag: the sheet ends moving at u (each free
+    vertex within 1 %) and hanging straight below its pins, as in a still
+    frame (bottom row within 5 mm of under the pins): settling damps motion
+    relative to the pins, not the pins' own motion."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, "one_edge")
+    params = ClothParams(**{**ADDON, "air_drag": 0.0})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    state = model.new_state()
+    u, dt = np.asarray(velocity), 1 / 24
+    targets = rest.astype(np.float64).copy()
+    for _ in range(6 * 24):
+        targets[held] += u * dt
+        step(model, state, StepInputs(pin_targets=targets), dt, params)
+    x, v = state.positions.T.astype(np.float64), state.velocities.T.astype(np.float64)
+    free = ~held
+    assert np.abs(v[free] - u).max() < 0.01 * np.linalg.norm(u), np.abs(v[free] - u).max()
+    bottom = np.isclose(rest[:, 2], 0.0)
+    offset = x[bottom] - targets[np.flatnonzero(held)[0]] - (rest[bottom] - rest[np.flatnonzero(held)[0]])
+    assert np.abs(offset[:, :2]).max() < 0.005, offset[:, :2]
