@@ -217,7 +217,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     if cfg.settle_rate != F0 and bad == 0:
-        settle_velocities(vel, inv_mass, kin, pin_start, pin_end, h * np.float32(substeps), cfg.settle_rate,
+        settle_velocities(pos, vel, inv_mass, kin, pin_start, pin_end, h * np.float32(substeps), cfg.settle_rate,
                           cfg.settle_speed)
     return bad
 
@@ -285,7 +285,7 @@ def _part_calls(part, n=8):
             (project_faces_into, (rows, vec, cap1, hit, vec, ids, count, ends, ids, tris, ids, h, sweep[0], h,
                                   contact, ids, count)),
             (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
-            (settle_velocities, (rows, vec, ids, rows, rows, h, h, h)),
+            (settle_velocities, (rows, rows, vec, ids, rows, rows, h, h, h)),
         ]
     raise ValueError(f"unknown part {part!r} (sweep, solve)")
 

@@ -367,3 +367,67 @@ def test_sheet_follows_translating_pins(nx, velocity):
     bottom = np.isclose(rest[:, 2], 0.0)
     offset = x[bottom] - targets[np.flatnonzero(held)[0]] - (rest[bottom] - rest[np.flatnonzero(held)[0]])
     assert np.abs(offset[:, :2]).max() < 0.005, offset[:, :2]
+
+
+@pytest.mark.parametrize("nx", [10, 20])
+@pytest.mark.parametrize("omega", [1.0, -2.0])
+def test_sheet_follows_turning_pins(nx, omega):
+    """Pinned by its top row to pins turning at omega rad/s about the
+    vertical axis through the row's middle (a cape on a turning character),
+    with no air drag: after 6 s every free vertex turns with them, its
+    velocity within 2 % of omega x r (r from the axis) plus the sheet's
+    outward flare at that speed, measured by the angular velocity about
+    the axis: settling damps motion relative to the pins' rigid motion."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, "one_edge")
+    params = ClothParams(**{**ADDON, "air_drag": 0.0})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    state = model.new_state()
+    dt, axis = 1 / 24, np.array([0.5, 0.0])
+    arm = rest[held][:, :2] - axis
+    for f in range(1, 6 * 24 + 1):
+        a = omega * f * dt
+        c, s = np.cos(a), np.sin(a)
+        targets = rest.astype(np.float64).copy()
+        targets[held, 0] = axis[0] + c * arm[:, 0] - s * arm[:, 1]
+        targets[held, 1] = axis[1] + s * arm[:, 0] + c * arm[:, 1]
+        step(model, state, StepInputs(pin_targets=targets), dt, params)
+    x, v = state.positions.T.astype(np.float64), state.velocities.T.astype(np.float64)
+    free = ~held
+    r = x[free, :2] - axis
+    r2 = (r * r).sum(axis=1)
+    far = r2 > 0.1 ** 2
+    turn = (r[:, 0] * v[free, 1] - r[:, 1] * v[free, 0])[far] / r2[far]
+    assert np.abs(turn / omega - 1).max() < 0.02, turn / omega
+
+
+@pytest.mark.parametrize("layout", ["scattered", "row", "one"])
+def test_pins_rigid_motion_recovers_a_rigid_motion(layout):
+    """Pins moved by a known rigid motion over a step (velocity b, angular
+    velocity w about their centre): the fit returns b, and w where the pins
+    can see it (all of it for pins off one line; for a row, w without its
+    part along the row; none for one pin), to 1e-3 of the motion."""
+    from drape.solver.integrate import _pins_rigid_motion
+    rng = np.random.default_rng(3)
+    pts = {"scattered": rng.uniform(-0.5, 0.5, (12, 3)),
+           "row": np.stack([np.linspace(-0.5, 0.5, 9), np.zeros(9), np.zeros(9)], axis=1),
+           "one": np.zeros((1, 3))}[layout] + np.array([1.0, 2.0, 3.0])
+    b, w, dt = np.array([0.3, -1.2, 0.5]), np.array([0.7, -0.4, 1.1]), 1 / 24
+    c = pts.mean(axis=0)
+    angle = np.linalg.norm(w) * dt
+    axis = w / np.linalg.norm(w)
+    r = pts - c
+    # Rodrigues: the pins turned by w dt about their centre, then moved b dt
+    # (the fit sees the turn's chord: w to within |w| dt / 2).
+    turned = (r * np.cos(angle) + np.cross(axis, r) * np.sin(angle)
+              + np.outer(r @ axis, axis) * (1 - np.cos(angle)))
+    end = c + b * dt + turned
+    n = len(pts)
+    pin_start = np.ascontiguousarray(pts.T, dtype=np.float32)
+    pin_end = np.ascontiguousarray(end.T, dtype=np.float32)
+    got = np.array(_pins_rigid_motion(np.arange(n, dtype=np.uint32), pin_start, pin_end, dt), dtype=np.float64)
+    gb, gw, gc = got[:3], got[3:6], got[6:]
+    assert np.allclose(gc, c + b * dt, atol=1e-5)
+    assert np.allclose(gb, b, atol=1e-3 * np.linalg.norm(b)), gb
+    seen = {"scattered": w, "row": w - w[0] * np.array([1.0, 0, 0]), "one": np.zeros(3)}[layout]
+    assert np.allclose(gw, seen, atol=np.linalg.norm(w) ** 2 * dt), (gw, seen)
