@@ -431,3 +431,32 @@ def test_pins_rigid_motion_recovers_a_rigid_motion(layout):
     assert np.allclose(gb, b, atol=1e-3 * np.linalg.norm(b)), gb
     seen = {"scattered": w, "row": w - w[0] * np.array([1.0, 0, 0]), "one": np.zeros(3)}[layout]
     assert np.allclose(gw, seen, atol=np.linalg.norm(w) ** 2 * dt), (gw, seen)
+
+
+@pytest.mark.parametrize("dt", [1 / 60, 1 / 24, 1 / 4])
+def test_settling_decays_as_its_rate_says(dt):
+    """One call on velocities of every size about held pins (no motion):
+    each relative velocity keeps its direction and is scaled by
+    exp(-k vs / (vs + |v|) dt) (to 1e-3 where k dt <= 1/2), never grows, and
+    shrinks more for a larger k, up to any k."""
+    from drape.solver.integrate import settle_velocities
+    rng = np.random.default_rng(5)
+    n = 400
+    v0 = (rng.normal(size=(3, n)) * np.logspace(-4, 1, n)).astype(np.float32)
+    pos = rng.uniform(-1, 1, (3, n)).astype(np.float32)
+    inv_mass = np.ones(n, np.float32)
+    inv_mass[:3] = 0
+    kin = np.arange(3, dtype=np.uint32)
+    vs, last = 0.1, np.linalg.norm(v0, axis=0)
+    for k in (1.0, 10.0, 12.0, 100.0, 1e4, 1e8):
+        v = v0.copy()
+        settle_velocities(pos, v, inv_mass, kin, pos, pos, np.float32(dt), np.float32(k), np.float32(vs))
+        speed, speed0 = np.linalg.norm(v, axis=0), np.linalg.norm(v0, axis=0)
+        assert np.all(np.isfinite(v)) and np.array_equal(v[:, :3], v0[:, :3])
+        ratio = speed[3:] / speed0[3:]
+        assert np.allclose(v[:, 3:] / speed[3:], v0[:, 3:] / speed0[3:], atol=1e-4)
+        assert np.all(ratio <= 1) and np.all(speed[3:] <= last[3:] * (1 + 1e-6))
+        if k * dt <= 0.5:
+            exact = np.exp(-k * vs / (vs + speed0[3:]) * dt)
+            assert np.allclose(ratio, exact, rtol=1e-3), np.abs(ratio / exact - 1).max()
+        last = speed
