@@ -135,6 +135,15 @@ class DrapeClothSettings(PropertyGroup):
                                   default=0.0, min=0.0, soft_max=1.0)
     air_drag: FloatProperty(name="Air drag", description="Velocity damping by still air (1/s)",
                             default=0.1, min=0.0, soft_max=10.0)
+    settle_damping: FloatProperty(
+        name="Settling", description="Brings cloth to rest after a disturbance: damps each vertex's motion "
+        "relative to its pins (or its centre of mass) like drag at this rate (1/s) when slow, and by a small "
+        "constant deceleration when fast, so swinging stops without slowing falls (0: off)",
+        default=10.0, min=0.0, soft_max=40.0)
+    settle_speed: FloatProperty(
+        name="Settling speed", description="Relative speed below which settling acts as full drag; above it "
+        "the deceleration stays at Settling x this speed (m/s²)",
+        default=0.1, min=1e-4, soft_max=1.0, subtype="VELOCITY")
     gravity_scale: FloatProperty(name="Gravity scale", description="Multiplies the scene's gravity",
                                  default=1.0, soft_min=-2.0, soft_max=4.0)
 

@@ -7,7 +7,9 @@ rows). One JSON line per case; never part of the test suite.
     .venv/bin/python benchmarks/bench_solver.py --case garment   (only the garment rows)
 
 --pinned runs only the pinned-sheet rows (strain once settled, tethers on
-and off) and the settling rows (a sphere through a hanging sheet).
+and off) and the settling rows (a sphere through a hanging sheet, and how
+much the same damping slows a fall, a drape and a pinned sheet's swing);
+--settling runs only the settling rows.
 --threads runs only the 1- and 2-thread rows.
 
 Timings are per-step medians of single-threaded steps after warm-up. On a
@@ -123,7 +125,8 @@ print(t1 - t0, t2 - t1)
 
 
 # The add-on's defaults (properties.py) at 24 frames a second.
-ADDON_DEFAULTS = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+ADDON_DEFAULTS = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
+                      settle_damping=10.0, settle_speed=0.1)
 PIN_LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
 
 
@@ -156,16 +159,14 @@ def pinned_sheet(nx, layout, frames=96, fps=24, tethers=True):
                 max_stretch=round(float(s.max()), 5), mean_strain=round(float(np.abs(s).mean()), 5))
 
 
-def sphere_hit_settling(nx, layout, speed=1.0, fps=24, hung=48, after=240, air_drag=None):
+def sphere_hit_settling(nx, layout, speed=1.0, fps=24, hung=48, after=240, **damping):
     """The pinned sheet hung for `hung` frames, then a 15 cm sphere passes
     through its middle along y at `speed` m/s and leaves: the largest
     vertex movement per frame (mm) 2 s after it left, and the first frame
     after it left with every vertex moving under 0.1 mm (None: not within
-    `after` frames). air_drag: None = the add-on's default."""
-    settings = dict(ADDON_DEFAULTS)
-    if air_drag is not None:
-        settings["air_drag"] = air_drag
-    params = ClothParams(**settings)
+    `after` frames). damping: air_drag, settle_damping in place of the
+    add-on's defaults."""
+    params = ClothParams(**{**ADDON_DEFAULTS, **damping})
     model = _pinned_model(nx, layout, params)
     state = model.new_state()
     dt = 1.0 / fps
@@ -186,9 +187,65 @@ def sphere_hit_settling(nx, layout, speed=1.0, fps=24, hung=48, after=240, air_d
     moves = np.asarray(moves)
     still = np.flatnonzero(moves < 0.1)
     return dict(scene=f"sphere_hit_settling_{layout}", vertices=int(model.n), substeps=params.substeps, threads=1,
-                fps=fps, sphere_speed_m_s=speed, air_drag=params.air_drag,
+                fps=fps, sphere_speed_m_s=speed, air_drag=params.air_drag, settle_damping=params.settle_damping,
                 move_mm_per_frame_2s_after=round(float(moves[2 * fps - 1]), 4),
                 frames_to_settle=int(still[0]) + 1 if len(still) else None, ms_per_step_median=None)
+
+
+def _released(nx, seconds, plane, held, sphere, params, fps=24):
+    """A 1 m sheet of nx x nx quads released from rest (plane "xy": flat at
+    z = 0.5, centred on the origin, held: a bool mask of pinned vertices,
+    sphere: a 30 cm sphere at the origin): its rest and z after `seconds`."""
+    rest, fi, fs, _ = hanging_sheet(nx, nx)
+    rest = rest[:, [0, 2, 1]] - np.array([0.5, 0.5, -0.5]) if plane == "xy" else rest
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held(rest).astype(np.float32), params)
+    state = model.new_state()
+    c, r = np.zeros((1, 3)), np.array([0.3])
+    inputs = StepInputs(capsules=Capsules(a0=c, b0=c, a1=c, b1=c, radius_a=r, radius_b=r)) if sphere else None
+    for _ in range(int(round(seconds * fps))):
+        step(model, state, inputs, 1.0 / fps, params)
+    return rest, state.positions[2].astype(np.float64)
+
+
+def damping_slowdown(nx=20, **damping):
+    """How much a damping setting slows real motion, as 1 - distance moved /
+    distance moved undamped (no air drag, no settling): a flat sheet's free
+    fall in 0.5 s, the corners of a flat sheet dropped over a 30 cm sphere
+    in 0.4 s, and the far edge of a flat sheet pinned along one edge
+    swinging down in 0.4 s."""
+    def moved(settings):
+        params = ClothParams(**{**ADDON_DEFAULTS, **settings})
+        none = lambda rest: np.zeros(len(rest), bool)  # noqa: E731
+        rest, z = _released(nx, 0.5, "xy", none, False, params)
+        fall = 0.5 - z.mean()
+        rest, z = _released(nx, 0.4, "xy", none, True, params)
+        corners = (np.abs(rest[:, 0]) > 0.49) & (np.abs(rest[:, 1]) > 0.49)
+        drape = 0.5 - z[corners].mean()
+        rest, z = _released(nx, 0.4, "xy", lambda r: np.isclose(r[:, 1], 0.5), False, params)
+        swing = 0.5 - z[np.isclose(rest[:, 1], -0.5)].mean()
+        return np.array([fall, drape, swing])
+    base = moved(dict(air_drag=0.0, settle_damping=0.0))
+    slow = 1.0 - moved(damping) / base
+    params = ClothParams(**{**ADDON_DEFAULTS, **damping})
+    return dict(scene="damping_slowdown", vertices=(nx + 1) ** 2, substeps=params.substeps, threads=1, fps=24,
+                air_drag=params.air_drag, settle_damping=params.settle_damping, settle_speed=params.settle_speed,
+                free_fall_slowdown=round(float(slow[0]), 4), drape_slowdown=round(float(slow[1]), 4),
+                pinned_swing_slowdown=round(float(slow[2]), 4), ms_per_step_median=None)
+
+
+# The add-on's defaults; its air drag alone; Blender's Cloth's default air
+# damping as plain drag (bench_blender.py's fit); the plain drag that settles
+# the sphere-hit row within about 2 s.
+DAMPING_CASES = (dict(), dict(settle_damping=0.0), dict(settle_damping=0.0, air_drag=0.815),
+                 dict(settle_damping=0.0, air_drag=2.3))
+
+
+def settling_rows():
+    for damping in DAMPING_CASES:
+        for layout in ("two_corners", "one_edge"):
+            for speed in (1.0, 4.0):
+                emit(**sphere_hit_settling(50, layout, speed=speed, **damping))
+        emit(**damping_slowdown(**damping))
 
 
 def compile_times():
@@ -294,9 +351,9 @@ def pinned_rows(quick):
         for layout in PIN_LAYOUTS:
             emit(**pinned_sheet(nx, layout))
             emit(**pinned_sheet(nx, layout, tethers=False))
-    for layout in ("two_corners", "one_edge"):
-        for drag in (None, 1.0):
-            emit(**sphere_hit_settling(50, layout, air_drag=drag))
+    settling_rows()
+
+
 # ---------------------------------------------------------------- threads
 #
 # The same work on 1 and 2 threads, in alternating blocks (on a shared
@@ -585,6 +642,9 @@ def main():
     quick = "--quick" in sys.argv
     if "--case" in sys.argv and sys.argv[sys.argv.index("--case") + 1:][:1] == ["garment"]:
         garment_rows()   # only the garment rows
+        return
+    if "--settling" in sys.argv:
+        settling_rows()
         return
     if "--pinned" in sys.argv:
         pinned_rows(quick)

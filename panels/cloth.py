@@ -124,6 +124,8 @@ def _draw_damping(self, context):
     col.prop(s, "bend_damping")
     col.prop(s, "tether_damping")
     col.prop(s, "air_drag")
+    col.prop(s, "settle_damping")
+    col.prop(s, "settle_speed")
 
 
 def _draw_collisions(self, context):

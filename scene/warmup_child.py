@@ -92,6 +92,8 @@ class _Cloth:
     stretch_limits = True
     pin_compliance = 1e-3
     air_drag = 0.1
+    settle_damping = 10.0
+    settle_speed = 0.1
     wind_drag = 1.0
     wind_lift = 0.3
     thickness = 0.005
@@ -159,6 +161,7 @@ def _params(env, settings):
         stretch_damping=s.stretch_damping, shear_damping=s.shear_damping, bend_damping=s.bend_damping,
         tether_damping=s.tether_damping, tethers=s.tethers, tether_scale=s.tether_scale,
         stretch_limits=s.stretch_limits, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
+        settle_damping=s.settle_damping, settle_speed=s.settle_speed,
         drag_coefficient=s.wind_drag, lift_coefficient=s.wind_lift, collision_margin=s.thickness,
         friction_static=max(s.static_friction, s.friction), friction_kinetic=s.friction,
         self_collision=s.self_collision, self_thickness=s.self_thickness, self_friction=s.self_friction,

@@ -35,6 +35,7 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "a_pressure", "pressure_volume",              # pressure: compliance (m^5/N), target volume factor
     "use_pressure",
     "max_distance", "backstop_distance", "backstop_radius",   # skinned constraints, m (0 = off)
+    "settle_rate", "settle_speed",  # settling damping, 1/s and m/s (ClothParams.settle_damping, settle_speed)
 )])
 
 

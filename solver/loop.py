@@ -46,8 +46,8 @@ from .constraints.pressure import PressureRecord, solve_pressure
 from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
 from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
 from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
-from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, to_aos4,
-                        update_velocities, vertex_lists)
+from .integrate import (advance_vertices, collect_rows, from_aos4, from_aos4_collect, predict, settle_velocities,
+                        to_aos4, update_velocities, vertex_lists)
 from .jit import FLAT
 from .jit import KERNEL as JIT
 from .jit import compiled_fast, specialised
@@ -282,6 +282,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 solve_skinned(pos, skinned.vertex, skinned.radius, skinned.backstop, skinned.normal, skinned.coef,
                               pin_start, pin_end, t1)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
+    if cfg.settle_rate != F0 and bad == 0:
+        settle_velocities(pos, vel, inv_mass, kin, pin_start, pin_end, h * np.float32(substeps), cfg.settle_rate,
+                          cfg.settle_speed)
     return bad
 
 
@@ -351,6 +354,7 @@ def _part_calls(part, n=8):
             (project_faces_into, (rows, vec, cap1, hit, vec, ids, count, ends, ids, tris, ids, h, sweep[0], h,
                                   contact, ids, count)),
             (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
+            (settle_velocities, (rows, rows, vec, ids, rows, rows, h, h, h)),
         ]
     raise ValueError(f"unknown part {part!r} (sweep, solve)")
 

@@ -77,6 +77,14 @@ class ClothParams:
 
     # Linear air drag towards the wind velocity, 1/s (0 = none).
     air_drag: float = 0.0
+    # Settling damping, once a step: each vertex's velocity relative to the
+    # cloth's motion (its pins', or its centre of mass's without pins)
+    # decays at settle_damping * settle_speed / (settle_speed + speed), 1/s:
+    # plain drag below settle_speed (m/s) that stops the last swings, a
+    # deceleration of at most settle_damping * settle_speed (m/s^2) above
+    # it. 0 = none.
+    settle_damping: float = 0.0
+    settle_speed: float = 0.1
     # Aerodynamic model on triangles (used when StepInputs.wind_velocity is
     # given): force = 0.5 rho A |u|^2 cos(theta) (Cd u_hat + Cl n_perp), u the
     # air velocity relative to the triangle.
@@ -151,7 +159,7 @@ class ClothParams:
             "stretch_damping", "shear_damping", "bend_damping", "tether_damping",
             "pin_compliance", "air_drag", "air_density", "drag_coefficient",
             "lift_coefficient", "collision_margin", "friction_static", "friction_kinetic",
-            "tether_scale",
+            "tether_scale", "settle_damping",
             "sewing_compliance", "sewing_max_force", "pressure_volume", "pressure_compliance",
             "max_distance", "backstop_distance", "backstop_radius",
             "stretch_weight_max", "shear_weight_max", "bend_weight_max",
@@ -166,6 +174,9 @@ class ClothParams:
                 raise SolverError(f"ClothParams.{name} must be finite and < 1 (1 shrinks to nothing), got {v}")
         if int(self.threads) != self.threads or int(self.threads) < 0:
             raise SolverError(f"ClothParams.threads must be a whole number >= 0, got {self.threads}")
+        v = float(self.settle_speed)
+        if not np.isfinite(v) or v <= 0.0:
+            raise SolverError(f"ClothParams.settle_speed must be finite and > 0, got {v}")
         if float(self.max_velocity) < 0 or np.isnan(float(self.max_velocity)):
             raise SolverError(f"ClothParams.max_velocity must be >= 0, got {self.max_velocity}")
 

@@ -83,6 +83,8 @@ def _config(params, h):
     c["d_tether"] = params.tether_damping
     c["tether_scale"] = params.tether_scale
     c["air_drag"] = params.air_drag
+    c["settle_rate"] = params.settle_damping
+    c["settle_speed"] = params.settle_speed
     c["air_density"] = params.air_density
     c["cd"] = params.drag_coefficient
     c["cl"] = params.lift_coefficient

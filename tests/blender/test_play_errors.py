@@ -88,6 +88,7 @@ SETTINGS = [
     ("stretch_stiffness", "Stiffness > Stretch", "nan"),
     ("bend_damping", "Damping > Bend", "nan"),
     ("air_drag", "Damping > Air drag", "nan"),
+    ("settle_damping", "Damping > Settling", "nan"),
     ("pin_stiffness", "Pins > Pin stiffness", "nan"),
     ("tether_scale", "Pins > Tether scale", "nan"),
     ("wind_drag", "Wind > Drag", "nan"),

@@ -13,7 +13,8 @@ from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, t
 from drape.solver import model as model_module
 
 # The add-on's defaults (properties.py) at 24 frames a second.
-ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1)
+ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
+             settle_damping=10.0, settle_speed=0.1)
 LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
 
 
@@ -225,3 +226,237 @@ def test_sheets_of_other_meshes_hung_from_two_corners_converge(kind, nx):
     s = oracles.edge_strain(state.positions_aos().astype(np.float64), model.stretch.pairs, rest)
     assert s.max() <= 0.10, f"max stretch {s.max():.3f}"
     assert np.abs(s).mean() <= 0.01, f"mean |strain| {np.abs(s).mean():.4f}"
+
+
+# ---- settling damping (ClothParams.settle_damping): after a sphere has gone
+# through a hanging sheet it comes to rest, at any resolution, hit speed,
+# number of substeps and frame rate; it does not slow a falling sheet (the
+# oracle: the analytic fall under linear drag) nor a drape over a sphere
+# more than a stated fraction, and a sheet hung from moving pins follows
+# them (a sheet in uniform motion hangs straight below its pins, at the
+# pins' velocity).
+
+STILL = 1e-4  # m a frame at 24 frames a second: "at rest"
+
+
+def _hit_then_moves(nx, layout, speed, seconds, fps=24, **settings):
+    """The sheet hung for 2 s, a 15 cm sphere through its middle along y at
+    `speed` m/s, then `seconds` without it: the largest vertex movement in
+    each frame, scaled to a 24 fps frame (m)."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held_vertices(rest, layout).astype(float),
+                        params)
+    state = model.new_state()
+    dt = 1 / fps
+    for _ in range(2 * fps):
+        step(model, state, None, dt, params)
+    radius, y = np.array([0.15]), -0.5
+    while y < 0.5:
+        a0, a1 = np.array([[0.5, y, 0.5]]), np.array([[0.5, y + speed * dt, 0.5]])
+        step(model, state, StepInputs(capsules=Capsules(a0=a0, b0=a0, a1=a1, b1=a1, radius_a=radius,
+                                                        radius_b=radius)), dt, params)
+        y += speed * dt
+    moves = []
+    for _ in range(int(seconds * fps)):
+        before = state.positions.astype(np.float64)
+        step(model, state, None, dt, params)
+        moves.append(float(np.abs(state.positions - before).max()) * fps / 24)
+    return np.asarray(moves)
+
+
+def _settle_cases():
+    for nx in (20, 30, 50):
+        for speed in (1.0, 4.0):
+            for substeps, fps in ((4, 24), (2, 24), (2, 60)):
+                if nx > 20 and substeps == 2 and fps == 24:
+                    continue
+                yield pytest.param(nx, speed, substeps, fps, id=f"{nx}x{nx}-{speed}m_s-{substeps}sub-{fps}fps")
+
+
+@pytest.mark.parametrize("nx,speed,substeps,fps", list(_settle_cases()))
+def test_sheet_comes_to_rest_after_a_sphere_passes(nx, speed, substeps, fps):
+    """With the default settling every vertex moves under 0.1 mm a frame
+    within 7 s of the sphere leaving, and stays so; without it (the air drag
+    alone) the sheet still swings by over 1 mm a frame at that time."""
+    moves = _hit_then_moves(nx, "two_corners", speed, 8, fps, substeps=substeps)
+    at = 7 * fps
+    assert moves[at:].max() < STILL, (np.flatnonzero(moves >= STILL)[-1] + 1) / fps
+    free = _hit_then_moves(nx, "two_corners", speed, 7, fps, substeps=substeps, settle_damping=0.0)
+    assert free[-fps // 4:].max() > 10 * STILL
+
+
+@pytest.mark.xfail(strict=True, reason="the swing after the hit takes over 4 s to settle at the default "
+                   "settling; within 2 s it takes damping that visibly slows a pinned sheet's swing")
+@pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
+def test_sheet_comes_to_rest_within_two_seconds(layout):
+    moves = _hit_then_moves(20, layout, 1.0, 2)
+    assert moves[-1] < STILL, moves[-1]
+
+
+def _dropped(nx, seconds, sphere, fps=24, **settings):
+    """A flat 1 m sheet released 0.5 m above the origin, optionally over a
+    30 cm sphere there: its z rows after `seconds`."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx, plane="xy")
+    rest = rest - np.array([0.5, 0.5, -0.5])
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), np.zeros(len(rest)), params)
+    state = model.new_state()
+    c, r = np.zeros((1, 3)), np.array([0.3])
+    inputs = StepInputs(capsules=Capsules(a0=c, b0=c, a1=c, b1=c, radius_a=r, radius_b=r)) if sphere else None
+    for _ in range(int(round(seconds * fps))):
+        step(model, state, inputs, 1 / fps, params)
+    return state.positions[2].astype(np.float64)
+
+
+@pytest.mark.parametrize("nx", [10, 30])
+@pytest.mark.parametrize("substeps", [2, 4])
+def test_settling_does_not_slow_a_free_fall(nx, substeps):
+    """The falling sheet's drop in 1 s is that of the integrator's recurrence
+    under the air drag c alone (v += -c h v + g h, then x += h v, each
+    substep h), within 0.1 %; it is no less than the analytic fall,
+    g/c (t - (1 - exp(-ct))/c), less 0.1 % (semi-implicit Euler falls
+    g t h / 2 ahead of it); and settling changes it by under 0.05 %."""
+    c, t, g = ADDON["air_drag"], 1.0, 9.81
+    h = 1 / 24 / substeps
+    v = x = 0.0
+    for _ in range(round(t / h)):
+        v += -c * h * v + g * h
+        x += h * v
+    drop = 0.5 - _dropped(nx, t, False, substeps=substeps).mean()
+    assert abs(drop / x - 1) < 1e-3, (drop, x)
+    assert drop > (1 - 1e-3) * g / c * (t - (1 - np.exp(-c * t)) / c)
+    plain = 0.5 - _dropped(nx, t, False, substeps=substeps, settle_damping=0.0).mean()
+    assert abs(drop / plain - 1) < 5e-4, (drop, plain)
+
+
+@pytest.mark.parametrize("nx", [20, 30])
+def test_settling_barely_slows_a_drape_over_a_sphere(nx):
+    """Dropped over a sphere, the sheet's corners have fallen at least 97 %
+    as far after 0.4 s as without settling, and the draped sheet ends as
+    low (within 1 cm) after 3 s."""
+    plain = 0.5 - _dropped(nx, 0.4, True, settle_damping=0.0)
+    settled = 0.5 - _dropped(nx, 0.4, True)
+    corners = [0, nx, nx * (nx + 1), (nx + 1) ** 2 - 1]
+    assert np.all(settled[corners] >= 0.97 * plain[corners]), settled[corners] / plain[corners]
+    end_plain, end = _dropped(nx, 3.0, True, settle_damping=0.0), _dropped(nx, 3.0, True)
+    assert abs(end.mean() - end_plain.mean()) < 0.01 and abs(end.min() - end_plain.min()) < 0.01
+
+
+@pytest.mark.parametrize("nx", [10, 20])
+@pytest.mark.parametrize("velocity", [(1.0, 0.0, 0.0), (0.0, 2.0, 0.0), (0.5, 0.0, 0.5)])
+def test_sheet_follows_translating_pins(nx, velocity):
+    """Pinned by its top row to pins that move at a constant velocity u
+    from t = 0, with no air drag: the sheet ends moving at u (each free
+    vertex within 1 %) and hanging straight below its pins, as in a still
+    frame (bottom row within 5 mm of under the pins): settling damps motion
+    relative to the pins, not the pins' own motion."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, "one_edge")
+    params = ClothParams(**{**ADDON, "air_drag": 0.0})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    state = model.new_state()
+    u, dt = np.asarray(velocity), 1 / 24
+    targets = rest.astype(np.float64).copy()
+    for _ in range(6 * 24):
+        targets[held] += u * dt
+        step(model, state, StepInputs(pin_targets=targets), dt, params)
+    x, v = state.positions.T.astype(np.float64), state.velocities.T.astype(np.float64)
+    free = ~held
+    assert np.abs(v[free] - u).max() < 0.01 * np.linalg.norm(u), np.abs(v[free] - u).max()
+    bottom = np.isclose(rest[:, 2], 0.0)
+    offset = x[bottom] - targets[np.flatnonzero(held)[0]] - (rest[bottom] - rest[np.flatnonzero(held)[0]])
+    assert np.abs(offset[:, :2]).max() < 0.005, offset[:, :2]
+
+
+@pytest.mark.parametrize("nx", [10, 20])
+@pytest.mark.parametrize("omega", [1.0, -2.0])
+def test_sheet_follows_turning_pins(nx, omega):
+    """Pinned by its top row to pins turning at omega rad/s about the
+    vertical axis through the row's middle (a cape on a turning character),
+    with no air drag: after 6 s every free vertex turns with them, its
+    velocity within 2 % of omega x r (r from the axis) plus the sheet's
+    outward flare at that speed, measured by the angular velocity about
+    the axis: settling damps motion relative to the pins' rigid motion."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    held = held_vertices(rest, "one_edge")
+    params = ClothParams(**{**ADDON, "air_drag": 0.0})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    state = model.new_state()
+    dt, axis = 1 / 24, np.array([0.5, 0.0])
+    arm = rest[held][:, :2] - axis
+    for f in range(1, 6 * 24 + 1):
+        a = omega * f * dt
+        c, s = np.cos(a), np.sin(a)
+        targets = rest.astype(np.float64).copy()
+        targets[held, 0] = axis[0] + c * arm[:, 0] - s * arm[:, 1]
+        targets[held, 1] = axis[1] + s * arm[:, 0] + c * arm[:, 1]
+        step(model, state, StepInputs(pin_targets=targets), dt, params)
+    x, v = state.positions.T.astype(np.float64), state.velocities.T.astype(np.float64)
+    free = ~held
+    r = x[free, :2] - axis
+    r2 = (r * r).sum(axis=1)
+    far = r2 > 0.1 ** 2
+    turn = (r[:, 0] * v[free, 1] - r[:, 1] * v[free, 0])[far] / r2[far]
+    assert np.abs(turn / omega - 1).max() < 0.02, turn / omega
+
+
+@pytest.mark.parametrize("layout", ["scattered", "row", "one"])
+def test_pins_rigid_motion_recovers_a_rigid_motion(layout):
+    """Pins moved by a known rigid motion over a step (velocity b, angular
+    velocity w about their centre): the fit returns b, and w where the pins
+    can see it (all of it for pins off one line; for a row, w without its
+    part along the row; none for one pin), to 1e-3 of the motion."""
+    from drape.solver.integrate import _pins_rigid_motion
+    rng = np.random.default_rng(3)
+    pts = {"scattered": rng.uniform(-0.5, 0.5, (12, 3)),
+           "row": np.stack([np.linspace(-0.5, 0.5, 9), np.zeros(9), np.zeros(9)], axis=1),
+           "one": np.zeros((1, 3))}[layout] + np.array([1.0, 2.0, 3.0])
+    b, w, dt = np.array([0.3, -1.2, 0.5]), np.array([0.7, -0.4, 1.1]), 1 / 24
+    c = pts.mean(axis=0)
+    angle = np.linalg.norm(w) * dt
+    axis = w / np.linalg.norm(w)
+    r = pts - c
+    # Rodrigues: the pins turned by w dt about their centre, then moved b dt
+    # (the fit sees the turn's chord: w to within |w| dt / 2).
+    turned = (r * np.cos(angle) + np.cross(axis, r) * np.sin(angle)
+              + np.outer(r @ axis, axis) * (1 - np.cos(angle)))
+    end = c + b * dt + turned
+    n = len(pts)
+    pin_start = np.ascontiguousarray(pts.T, dtype=np.float32)
+    pin_end = np.ascontiguousarray(end.T, dtype=np.float32)
+    got = np.array(_pins_rigid_motion(np.arange(n, dtype=np.uint32), pin_start, pin_end, dt), dtype=np.float64)
+    gb, gw, gc = got[:3], got[3:6], got[6:]
+    assert np.allclose(gc, c + b * dt, atol=1e-5)
+    assert np.allclose(gb, b, atol=1e-3 * np.linalg.norm(b)), gb
+    seen = {"scattered": w, "row": w - w[0] * np.array([1.0, 0, 0]), "one": np.zeros(3)}[layout]
+    assert np.allclose(gw, seen, atol=np.linalg.norm(w) ** 2 * dt), (gw, seen)
+
+
+@pytest.mark.parametrize("dt", [1 / 60, 1 / 24, 1 / 4])
+def test_settling_decays_as_its_rate_says(dt):
+    """One call on velocities of every size about held pins (no motion):
+    each relative velocity keeps its direction and is scaled by
+    exp(-k vs / (vs + |v|) dt) (to 1e-3 where k dt <= 1/2), never grows, and
+    shrinks more for a larger k, up to any k."""
+    from drape.solver.integrate import settle_velocities
+    rng = np.random.default_rng(5)
+    n = 400
+    v0 = (rng.normal(size=(3, n)) * np.logspace(-4, 1, n)).astype(np.float32)
+    pos = rng.uniform(-1, 1, (3, n)).astype(np.float32)
+    inv_mass = np.ones(n, np.float32)
+    inv_mass[:3] = 0
+    kin = np.arange(3, dtype=np.uint32)
+    vs, last = 0.1, np.linalg.norm(v0, axis=0)
+    for k in (1.0, 10.0, 12.0, 100.0, 1e4, 1e8):
+        v = v0.copy()
+        settle_velocities(pos, v, inv_mass, kin, pos, pos, np.float32(dt), np.float32(k), np.float32(vs))
+        speed, speed0 = np.linalg.norm(v, axis=0), np.linalg.norm(v0, axis=0)
+        assert np.all(np.isfinite(v)) and np.array_equal(v[:, :3], v0[:, :3])
+        ratio = speed[3:] / speed0[3:]
+        assert np.allclose(v[:, 3:] / speed[3:], v0[:, 3:] / speed0[3:], atol=1e-4)
+        assert np.all(ratio <= 1) and np.all(speed[3:] <= last[3:] * (1 + 1e-6))
+        if k * dt <= 0.5:
+            exact = np.exp(-k * vs / (vs + speed0[3:]) * dt)
+            assert np.allclose(ratio, exact, rtol=1e-3), np.abs(ratio / exact - 1).max()
+        last = speed
