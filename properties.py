@@ -141,9 +141,9 @@ class DrapeClothSettings(PropertyGroup):
         "constant deceleration when fast, so swinging stops without slowing falls (0: off)",
         default=10.0, min=0.0, soft_max=40.0)
     settle_speed: FloatProperty(
-        name="Settling speed", description="Relative speed below which settling acts as full drag; above it "
-        "the deceleration stays at Settling x this speed (m/s²)",
-        default=0.1, min=1e-4, soft_max=1.0, subtype="VELOCITY")
+        name="Settling speed", description="Relative speed (m/s, whatever the scene's unit scale) below which "
+        "settling acts as full drag; above it the deceleration stays at Settling x this speed",
+        default=0.1, min=1e-4, soft_max=1.0)
     gravity_scale: FloatProperty(name="Gravity scale", description="Multiplies the scene's gravity",
                                  default=1.0, soft_min=-2.0, soft_max=4.0)
 
