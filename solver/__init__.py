@@ -20,7 +20,7 @@ Build once, step many, read positions::
 from . import jit  # noqa: F401, I001
 from . import hardware  # noqa: F401, I001
 from .model import Model, State, build_model
-from .colliders import Capsules, Planes
+from .colliders import Capsules, MeshCollider, Planes
 from .params import ClothParams, SolverError, StepInputs
 from .step import step
 from .topology import vertex_masses
@@ -28,6 +28,7 @@ from .topology import vertex_masses
 __all__ = [
     "Capsules",
     "ClothParams",
+    "MeshCollider",
     "Model",
     "Planes",
     "SolverError",

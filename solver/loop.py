@@ -28,6 +28,7 @@ from numba import njit, types
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
+from .colliders.mesh import mesh_substep_rows, project_meshes
 from .config import F0, F1, new_config
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
@@ -79,7 +80,7 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
          contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, soft_lam, surface,
-         self_contacts):
+         self_contacts, meshes=None):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -90,7 +91,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     TetherRecord, as plain tuples. surface: SurfaceEdges.arrays() (the edge
     and face contacts, colliders/edges.py).
     self_contacts: None, or SelfCollision.solve_args() for this step's
-    frozen self contacts (None compiles a version without them). The
+    frozen self contacts (None compiles a version without them).
+    meshes: None, or colliders.mesh.mesh_step_args(...) for this step's
+    mesh colliders (run_general only). The
     substeps' kernels allocate nothing and compile without reference counts
     (jit.FLAT)."""
     cfg = config[0]
@@ -157,6 +160,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         ccount = np.int64(0)  # not a literal 0: the callees compile once
         if bad > 0:
             return bad
+        if GENERAL and meshes is not None:
+            # The mesh colliders' triangles at this substep's start and end.
+            mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[11], cfg.coff_max,
+                              meshes[8], meshes[9], meshes[10])
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
@@ -215,6 +222,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # pushes in the first.
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
+            if GENERAL and meshes is not None:
+                ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[10],
+                                        meshes[4], meshes[5], meshes[6], meshes[7], contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 

@@ -130,6 +130,8 @@ class StepInputs:
     wind_velocity: (n, 3) or (3,) air velocity, m/s; enables the aerodynamic
         drag/lift model on triangles.
     acceleration: (n, 3) or (3,) extra per-vertex acceleration, m/s^2.
+    meshes: a list of colliders.MeshCollider (triangles at step start and
+        end); the step then runs the general loop.
     """
 
     pin_targets: np.ndarray = None
@@ -138,3 +140,4 @@ class StepInputs:
     planes: "Planes" = None
     wind_velocity: np.ndarray = None
     acceleration: np.ndarray = None
+    meshes: list = None

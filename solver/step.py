@@ -9,6 +9,7 @@ import numpy as np
 
 from . import loop
 from .colliders import collider_scratch
+from .colliders.mesh import mesh_step_args
 from .config import new_config
 from .integrate import rows_from_points
 from .jit import compiled_fast
@@ -136,7 +137,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     h = dt / substeps
 
     # ---- validate and convert inputs (nothing is modified before this ends)
-    pin_weight = targets = caps = planes = accel = wind = None
+    pin_weight = targets = caps = planes = accel = wind = meshes = None
     if inputs is not None:
         if inputs.pin_weight is not None:
             pin_weight = inputs.pin_weight
@@ -150,6 +151,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             accel = _per_vertex("acceleration", inputs.acceleration, n)
         if inputs.wind_velocity is not None:
             wind = _per_vertex("wind_velocity", inputs.wind_velocity, n)
+        if inputs.meshes is not None:
+            meshes = mesh_step_args(model, inputs.meshes, dt, model.collider_offset_max)
     if pin_weight is not None:
         old = model.pin_weight
         if model.set_pin_weight(pin_weight):
@@ -188,14 +191,14 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
         if sc.count:
             self_contacts = sc.solve_args()
-    if cached.default and wind is _NO_FIELD:
+    if cached.default and wind is _NO_FIELD and meshes is None:
         run, records = loop.run, cached.fast_records
     else:
         run, records = loop.run_general, cached.records
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
-                  model.soft_lam, model.surface.arrays(), self_contacts)
+                  model.soft_lam, model.surface.arrays(), self_contacts, meshes)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:
