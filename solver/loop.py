@@ -162,8 +162,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             return bad
         if GENERAL and meshes is not None:
             # The mesh colliders' triangles at this substep's start and end.
-            mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[11], cfg.coff_max,
-                              meshes[8], meshes[9], meshes[10])
+            mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
+                              meshes[8], meshes[9])
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
@@ -223,8 +223,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
             if GENERAL and meshes is not None:
-                ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[10],
-                                        meshes[4], meshes[5], meshes[6], meshes[7], contact, clist, ccount)
+                ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
+                                        meshes[5], meshes[6], meshes[7], contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 

@@ -3,6 +3,7 @@ written apart from solver/colliders/mesh.py: closed meshes built in numpy,
 exact point-triangle distances (tests/oracles.py) and inside-or-outside by
 the parity of a ray's crossings (float64, Moller-Trumbore)."""
 
+import numba as nb
 import numpy as np
 
 import oracles
@@ -119,32 +120,51 @@ def unsigned_distance(points, verts, tris):
     return best
 
 
+@nb.njit(cache=True)
+def _crossings(p, a, e1, e2, d):
+    """Crossings of the ray p + t d (t > 0) with every triangle (a, e1, e2)."""
+    out = np.zeros(p.shape[0], np.int64)
+    for j in range(a.shape[0]):
+        pvx = d[1] * e2[j, 2] - d[2] * e2[j, 1]
+        pvy = d[2] * e2[j, 0] - d[0] * e2[j, 2]
+        pvz = d[0] * e2[j, 1] - d[1] * e2[j, 0]
+        det = e1[j, 0] * pvx + e1[j, 1] * pvy + e1[j, 2] * pvz
+        if abs(det) < 1e-14:
+            continue
+        inv = 1.0 / det
+        for i in range(p.shape[0]):
+            qx, qy, qz = p[i, 0] - a[j, 0], p[i, 1] - a[j, 1], p[i, 2] - a[j, 2]
+            u = (qx * pvx + qy * pvy + qz * pvz) * inv
+            if u < 0.0 or u > 1.0:
+                continue
+            qvx = qy * e1[j, 2] - qz * e1[j, 1]
+            qvy = qz * e1[j, 0] - qx * e1[j, 2]
+            qvz = qx * e1[j, 1] - qy * e1[j, 0]
+            w = (d[0] * qvx + d[1] * qvy + d[2] * qvz) * inv
+            if w < 0.0 or u + w > 1.0:
+                continue
+            if (e2[j, 0] * qvx + e2[j, 1] * qvy + e2[j, 2] * qvz) * inv > 0.0:
+                out[i] += 1
+    return out
+
+
 def inside(points, verts, tris, direction=(0.5773, 0.5774, 0.5775)):
     """True where a point is inside the closed mesh: an odd number of
-    crossings of a ray from it."""
-    p = np.asarray(points, np.float64)
+    crossings of a ray from it (Moller-Trumbore, float64)."""
+    p = np.ascontiguousarray(points, np.float64).reshape(-1, 3)
     v = np.asarray(verts, np.float64)
     d = np.asarray(direction, np.float64)
     d = d / np.linalg.norm(d)
-    a, b, c = v[tris[:, 0]], v[tris[:, 1]], v[tris[:, 2]]
-    e1, e2 = b - a, c - a
-    pv = np.cross(d, e2)
-    det = np.einsum("ij,ij->i", e1, pv)
-    ok = np.abs(det) > 1e-14
-    inv = np.where(ok, 1.0 / np.where(ok, det, 1.0), 0.0)
-    count = np.zeros(len(p), np.int64)
-    for start in range(0, len(p), 256):
-        q = p[start:start + 256, None, :] - a[None]
-        u = np.einsum("pij,ij->pi", q, pv) * inv
-        qv = np.cross(q, e1[None])
-        w = (qv @ d) * inv
-        t = np.einsum("pij,ij->pi", qv, e2) * inv
-        hit = ok & (u >= 0) & (w >= 0) & (u + w <= 1) & (t > 0)
-        count[start:start + 256] = hit.sum(axis=1)
-    return count % 2 == 1
+    a = np.ascontiguousarray(v[tris[:, 0]])
+    return _crossings(p, a, np.ascontiguousarray(v[tris[:, 1]] - a), np.ascontiguousarray(v[tris[:, 2]] - a),
+                      d) % 2 == 1
 
 
 def penetration(points, verts, tris):
     """How deep each point is inside the closed mesh (0 outside), m."""
-    d = unsigned_distance(points, verts, tris)
-    return np.where(inside(points, verts, tris), d, 0.0)
+    p = np.asarray(points, np.float64).reshape(-1, 3)
+    out = np.zeros(len(p))
+    ins = inside(p, verts, tris)
+    if ins.any():
+        out[ins] = unsigned_distance(p[ins], verts, tris)
+    return out

@@ -38,10 +38,11 @@ from ..jit import FLAT, KERNEL as JIT
 from ..params import SolverError
 
 # Triangle parameter rows (t, 4): thickness, friction factor, two-sided flag, inner reach.
-# Substep rows: tri0 (t, 6) a0, unit n0; tri1 (t, 20) a1, e0 = b1 - a1,
-# e1 = c1 - a1, unit n1, d00, d01, d11, 1/den (0 = degenerate), velocity (3),
-# spare; tbox (t, 6) min, max of the triangle over the substep, grown.
+# Substep rows: tri1 (t, 20) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
+# d01, d11, 1/den (0 = degenerate), velocity (3), a0 . n1; tbox (t, 6) min, max of the triangle over the substep, grown.
 TRI1_COLS = 20
+# Grid cell edge, in mean triangle box edges.
+CELL = 1.0
 # Grid: at most this many cells (the cell size grows to fit).
 MAX_CELLS = 1 << 21
 # Triangles one MeshCollider may have (per grid insertion, int32 indices).
@@ -62,7 +63,7 @@ class MeshCollider:
         the cloth); True: on whichever side each vertex starts (open meshes
         with no meaningful outside), at the thickness from either face.
     name: for messages.
-    Degenerate (zero-area) triangles are skipped.
+    Degenerate (zero-area) triangles are skipped by the kernels.
     """
 
     verts0: np.ndarray
@@ -88,8 +89,8 @@ def _vertices(c, attr, value):
 
 def pack_meshes(meshes):
     """A list of MeshCollider -> (v0 (m, 3), v1 (m, 3), tris (t, 3) int32,
-    tparam (t, 4)) float32 over all of them, degenerate triangles dropped, or
-    None when no triangle is left. Raises SolverError naming the collider
+    tparam (t, 4)) float32 over all of them, or None when there is no triangle
+    (degenerate ones stay: the kernels skip them). Raises SolverError naming the collider
     and the field at fault."""
     if isinstance(meshes, MeshCollider):
         meshes = (meshes,)
@@ -119,15 +120,10 @@ def pack_meshes(meshes):
             value = float(getattr(c, attr))
             if not np.isfinite(value) or value < 0.0:
                 raise SolverError(f"{c.name}: {attr} must be finite and >= 0, got {value}")
-        tris = tris.astype(np.int64)
-        keep = (_areas(v0, tris) > 1e-14) | (_areas(v1, tris) > 1e-14)
-        tris = tris[keep]
-        if tris.shape[0] == 0:
-            continue
         th = float(c.thickness)
         v0s.append(v0)
         v1s.append(v1)
-        trs.append(tris + base)
+        trs.append(tris.astype(np.int32, copy=False) if base == 0 else (tris + base).astype(np.int32))
         pr = np.empty((tris.shape[0], 4), np.float32)
         pr[:, 0] = th
         pr[:, 1] = float(c.friction)
@@ -138,21 +134,14 @@ def pack_meshes(meshes):
     if not trs:
         return None
     if len(trs) == 1:
-        return (np.ascontiguousarray(v0s[0]), np.ascontiguousarray(v1s[0]), trs[0].astype(np.int32), prs[0])
-    return (np.concatenate(v0s), np.concatenate(v1s), np.concatenate(trs).astype(np.int32), np.concatenate(prs))
-
-
-def _areas(v, tris):
-    """Twice the triangles' areas (float64), in m^2."""
-    a = v[tris[:, 0]].astype(np.float64)
-    n = np.cross(v[tris[:, 1]] - a, v[tris[:, 2]] - a)
-    return np.sqrt((n * n).sum(axis=1))
+        return (np.ascontiguousarray(v0s[0]), np.ascontiguousarray(v1s[0]), np.ascontiguousarray(trs[0]), prs[0])
+    return (np.concatenate(v0s), np.concatenate(v1s), np.concatenate(trs), np.concatenate(prs))
 
 
 @njit(**JIT)
 def build_grid(v0, v1, tris, tparam, pad):
     """The uniform grid of the triangles' boxes over the whole step (start
-    and end positions, grown by thickness + inner reach + pad): a cell per
+    and end positions, grown by the larger of thickness and inner reach, + pad): a cell per
     box size on average, capped at MAX_CELLS. Returns (grid (8,) float32:
     origin, 1/cell, cells along x, y, z, spare; cell_start (cells + 1)
     int32; items int32: triangle indices by cell; tcell (t, 3) int32: each
@@ -163,7 +152,7 @@ def build_grid(v0, v1, tris, tparam, pad):
     hi = np.full(3, np.float32(-3e38), np.float32)
     ext = 0.0
     for j in range(t):
-        g = tparam[j, 0] + tparam[j, 3] + pad
+        g = max(tparam[j, 0], tparam[j, 3]) + pad
         for c in range(3):
             a = np.float32(3e38)
             b = np.float32(-3e38)
@@ -176,7 +165,7 @@ def build_grid(v0, v1, tris, tparam, pad):
             lo[c] = min(lo[c], a - g)
             hi[c] = max(hi[c], b + g)
             ext += b - a + 2 * g
-    cs = max(ext / max(3 * t, 1), 1e-6)
+    cs = max(CELL * ext / max(3 * t, 1), 1e-6)
     while True:
         nx = int((hi[0] - lo[0]) / cs) + 1
         ny = int((hi[1] - lo[1]) / cs) + 1
@@ -232,26 +221,22 @@ def _unit_normal(ux, uy, uz, wx, wy, wz):
 
 
 @njit(**FLAT)
-def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, tri0, tri1, tbox):
-    """The triangles at substep start (tri0: a, unit normal) and end (tri1:
-    a, edges, unit normal, the barycentric constants, velocity) and their
-    boxes over the substep grown by thickness + inner reach + pad (tbox).
-    inv_dt: 1 / the step's length (the velocity)."""
+def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, tri1, tbox):
+    """The triangles at substep end (tri1: a, edges, unit normal, the
+    barycentric constants, velocity, and a0 . n: the plane's offset at
+    substep start, for the side a vertex started on; the normal's turn over
+    one substep is left out) and their boxes over the substep grown as
+    build_grid's (tbox). inv_dt: 1 / the step's length (the velocity)."""
     s0 = F1 - t0
     s1 = F1 - t1
     third = inv_dt / np.float32(3.0)
     for j in range(tris.shape[0]):
         ia, ib, ic = tris[j, 0], tris[j, 1], tris[j, 2]
-        g = tparam[j, 0] + tparam[j, 3] + pad
+        g = max(tparam[j, 0], tparam[j, 3]) + pad
         ax0, ay0, az0 = _lerp3(v0, v1, ia, s0, t0)
-        bx0, by0, bz0 = _lerp3(v0, v1, ib, s0, t0)
-        cx0, cy0, cz0 = _lerp3(v0, v1, ic, s0, t0)
         ax1, ay1, az1 = _lerp3(v0, v1, ia, s1, t1)
         bx1, by1, bz1 = _lerp3(v0, v1, ib, s1, t1)
         cx1, cy1, cz1 = _lerp3(v0, v1, ic, s1, t1)
-        n0x, n0y, n0z, l0 = _unit_normal(bx0 - ax0, by0 - ay0, bz0 - az0, cx0 - ax0, cy0 - ay0, cz0 - az0)
-        tri0[j, 0], tri0[j, 1], tri0[j, 2] = ax0, ay0, az0
-        tri0[j, 3], tri0[j, 4], tri0[j, 5] = n0x, n0y, n0z
         ux, uy, uz = bx1 - ax1, by1 - ay1, bz1 - az1
         wx, wy, wz = cx1 - ax1, cy1 - ay1, cz1 - az1
         n1x, n1y, n1z, l1 = _unit_normal(ux, uy, uz, wx, wy, wz)
@@ -259,15 +244,20 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, tri0, tri1, tbo
         d01 = ux * wx + uy * wy + uz * wz
         d11 = wx * wx + wy * wy + wz * wz
         den = d00 * d11 - d01 * d01
-        ok = l0 > EPS and l1 > EPS and den > np.float32(1e-12) * d00 * d11
+        ok = l1 > EPS and den > np.float32(1e-12) * d00 * d11
         tri1[j, 0], tri1[j, 1], tri1[j, 2] = ax1, ay1, az1
         tri1[j, 3], tri1[j, 4], tri1[j, 5] = ux, uy, uz
         tri1[j, 6], tri1[j, 7], tri1[j, 8] = wx, wy, wz
         tri1[j, 9], tri1[j, 10], tri1[j, 11] = n1x, n1y, n1z
         tri1[j, 12], tri1[j, 13], tri1[j, 14] = d00, d01, d11
         tri1[j, 15] = F1 / den if ok else F0
-        for c in range(3):
-            tri1[j, 16 + c] = (v1[ia, c] + v1[ib, c] + v1[ic, c] - v0[ia, c] - v0[ib, c] - v0[ic, c]) * third
+        vx = (v1[ia, 0] + v1[ib, 0] + v1[ic, 0] - v0[ia, 0] - v0[ib, 0] - v0[ic, 0]) * third
+        vy = (v1[ia, 1] + v1[ib, 1] + v1[ic, 1] - v0[ia, 1] - v0[ib, 1] - v0[ic, 1]) * third
+        vz = (v1[ia, 2] + v1[ib, 2] + v1[ic, 2] - v0[ia, 2] - v0[ib, 2] - v0[ic, 2]) * third
+        tri1[j, 16], tri1[j, 17], tri1[j, 18] = vx, vy, vz
+        tri1[j, 19] = ax0 * n1x + ay0 * n1y + az0 * n1z
+        bx0, by0, bz0 = _lerp3(v0, v1, ib, s0, t0)
+        cx0, cy0, cz0 = _lerp3(v0, v1, ic, s0, t0)
         tbox[j, 0] = min(min(min(ax0, bx0), min(cx0, ax1)), min(bx1, cx1)) - g
         tbox[j, 1] = min(min(min(ay0, by0), min(cy0, ay1)), min(by1, cy1)) - g
         tbox[j, 2] = min(min(min(az0, bz0), min(cz0, az1)), min(bz1, cz1)) - g
@@ -314,11 +304,11 @@ def _closest_on_triangle(px, py, pz, ax, ay, az, abx, aby, abz, acx, acy, acz):
 
 
 @njit(**FLAT)
-def project_meshes(pos, prev, inv_mass, cmask, tparam, tri0, tri1, tbox, grid, start, items, tcell, contact,
+def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, items, tcell, contact,
                    clist, ccount):
     """Push every cloth vertex out of the mesh colliders (see the module's
-    rules), the triangles at substep start tri0 and end tri1 and their
-    substep boxes tbox (mesh_substep_rows), binned by build_grid. A vertex
+    rules), the triangles at substep end tri1 and their substep boxes tbox
+    (mesh_substep_rows), binned by build_grid. A vertex
     with cmask < 0 ignores colliders; cmask >= 0 grows the thickness by it.
     contact/clist as for project_colliders_into (friction: the depth is
     scaled by the collider's friction factor). Returns the new ccount."""
@@ -367,8 +357,7 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri0, tri1, tbox, grid, s
                             continue
                         th = tparam[j, 0] + off
                         inner = tparam[j, 3] + off
-                        h0 = ((qx - tri0[j, 0]) * tri0[j, 3] + (qy - tri0[j, 1]) * tri0[j, 4]
-                              + (qz - tri0[j, 2]) * tri0[j, 5])
+                        h0 = qx * tri1[j, 9] + qy * tri1[j, 10] + qz * tri1[j, 11] - tri1[j, 19]
                         s = F1
                         if tparam[j, 2] != F0 and h0 < F0:
                             s = -F1
@@ -444,7 +433,6 @@ class _MeshStep:
     triangle count stays."""
 
     def __init__(self, t):
-        self.tri0 = np.zeros((t, 6), np.float32)
         self.tri1 = np.zeros((t, TRI1_COLS), np.float32)
         self.tbox = np.zeros((t, 6), np.float32)
 
@@ -462,8 +450,7 @@ def mesh_step_args(model, meshes, dt, pad):
     v0, v1, tris, tparam = packed
     t = tris.shape[0]
     scratch = _SCRATCH.get(model)
-    if scratch is None or scratch.tri0.shape[0] != t:
+    if scratch is None or scratch.tri1.shape[0] != t:
         scratch = _SCRATCH[model] = _MeshStep(t)
     grid, start, items, tcell = build_grid(v0, v1, tris, tparam, np.float32(pad))
-    return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri0, scratch.tri1, scratch.tbox,
-            np.float32(1.0 / dt))
+    return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt))
