@@ -41,6 +41,8 @@ from ..params import SolverError
 # Substep rows: tri1 (t, 20) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
 # d01, d11, 1/den (0 = degenerate), velocity (3), a0 . n1; tbox (t, 6) min, max of the triangle over the substep, grown.
 TRI1_COLS = 20
+# How far past a triangle's edges (in barycentric units) its prism reaches.
+BARY_TOL = np.float32(1e-3)
 # Grid cell edge, in mean triangle box edges.
 CELL = 1.0
 # Grid: at most this many cells (the cell size grows to fit).
@@ -373,7 +375,9 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                         d21 = wx * tri1[j, 6] + wy * tri1[j, 7] + wz * tri1[j, 8]
                         bv = (tri1[j, 14] * d20 - tri1[j, 13] * d21) * tri1[j, 15]
                         bw = (tri1[j, 12] * d21 - tri1[j, 13] * d20) * tri1[j, 15]
-                        if bv >= F0 and bw >= F0 and bv + bw <= F1:
+                        # A little past the edges: a vertex on an edge two
+                        # triangles share must not fall between them.
+                        if bv >= -BARY_TOL and bw >= -BARY_TOL and bv + bw <= F1 + BARY_TOL:
                             if h1 >= F0:
                                 d = th - h1
                                 px += d * mx
