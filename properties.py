@@ -229,6 +229,8 @@ class DrapeColliderSettings(PropertyGroup):
     length and animating/parenting the object moves the capsule. Radii are in
     the object's local units: scaled by the mean of its X and Z world scale.
     Plane: through the object's origin, normal along its local +Z.
+    Mesh: the object's evaluated triangles in world space, read at every
+    frame (deforming meshes collide as they move).
     """
 
     kind: EnumProperty(
@@ -237,6 +239,7 @@ class DrapeColliderSettings(PropertyGroup):
             ('NONE', "None", "Not a collider"),
             ('CAPSULE', "Capsule", "Segment along local +Y (length = Y scale), a radius at each end"),
             ('PLANE', "Plane", "Infinite plane through the origin, normal along local +Z"),
+            ('MESH', "Mesh", "The object's evaluated mesh (modifiers, armature, shape keys), static or deforming"),
         ),
         default='NONE',
     )
@@ -244,6 +247,21 @@ class DrapeColliderSettings(PropertyGroup):
                                 default=0.1, min=0.0, soft_max=1.0, subtype='DISTANCE')
     radius_end: FloatProperty(name="Radius end", description="Capsule radius at local +Y (tail)",
                               default=0.1, min=0.0, soft_max=1.0, subtype='DISTANCE')
+    outer_thickness: FloatProperty(name="Outer thickness",
+                                   description="Mesh collider: distance the cloth keeps from its surface",
+                                   default=0.01, min=0.0, soft_max=0.1, subtype='DISTANCE')
+    friction: FloatProperty(name="Friction", description="Mesh collider: factor on the cloth's friction "
+                                                         "against it (1 = the cloth's own, 0 = none)",
+                            default=1.0, min=0.0, soft_max=2.0)
+    sides: EnumProperty(
+        name="Sides",
+        items=(
+            ('NORMAL', "Normal side", "The cloth stays on the side the face normals point to (closed meshes, "
+                                      "or open ones whose normals face the cloth)"),
+            ('BOTH', "Both sides", "The cloth stays on whichever side it comes from (open meshes)"),
+        ),
+        default='NORMAL',
+    )
 
 
 classes = (DrapeClothSettings, DrapeColliderSettings)

@@ -586,7 +586,7 @@ def _advance(sim, objs, scene, depsgraph, frame):
             c1 = colliders_mod.interpolate(col_start, col_end, k / gap)
         capsules, planes = colliders_mod.solver_inputs(c0, c1, solver)
         inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
-                                   wind_velocity=air)
+                                   wind_velocity=air, meshes=colliders_mod.mesh_inputs(c0, c1, solver))
         t = time.perf_counter()
         try:
             solver.step(sim.model, sim.state, inputs, dt, prm)

@@ -72,7 +72,7 @@ def test_dropped_sheet_rests_on_closed_mesh(scene, substeps):
     # Resting on it, not fallen through nor floating: the vertices over the
     # collider's top sit at the thickness from its surface.
     d = ms.unsigned_distance(x, verts, tris)
-    over = (np.abs(x[:, 0]) < 0.1) & (np.abs(x[:, 1]) < 0.1)
+    over = (np.abs(rest[:, 0]) < 0.1) & (np.abs(rest[:, 1]) < 0.1)
     assert over.sum() > 4
     assert np.all(np.abs(d[over] - TH) < 0.003), d[over]
     assert d.min() >= TH * 0.5
