@@ -28,7 +28,7 @@ from numba import njit, types
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
-from .colliders.mesh import mesh_substep_rows, project_meshes
+from .colliders.mesh import mesh_substep_rows, project_mesh_edges, project_meshes
 from .config import F0, F1, new_config
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
@@ -225,6 +225,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             if GENERAL and meshes is not None:
                 ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
                                         meshes[5], meshes[6], meshes[7], contact, clist, ccount)
+                if cfg.use_edges != F0:
+                    ccount = project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, meshes[3],
+                                                meshes[8], meshes[9], meshes[4], meshes[5], meshes[6], meshes[7],
+                                                contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 

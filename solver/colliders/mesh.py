@@ -432,6 +432,148 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
     return ccount
 
 
+@njit(inline="always", **JIT)
+def _clip(lo, hi, fa, fb):
+    """The part [lo, hi] of s in [0, 1] where fa + s (fb - fa) >= -BARY_TOL."""
+    fa += BARY_TOL
+    fb += BARY_TOL
+    if fa < F0 and fb < F0:
+        return F1, F0
+    if fa < F0:
+        lo = max(lo, fa / (fa - fb))
+    elif fb < F0:
+        hi = min(hi, fa / (fa - fb))
+    return lo, hi
+
+
+@njit(**FLAT)
+def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tparam, tri1, tbox, grid, start, items,
+                       tcell, contact, clist, ccount):
+    """Keep the cloth's edges out of the mesh colliders between their
+    vertices (a table's edge, a chair's leg thinner than the cloth's
+    triangles): each edge is clipped to every nearby triangle's prism, and
+    the point of the clipped part nearest the triangle's outer side (one end
+    of it: the height is linear along the edge) is held at the thickness by
+    the rules of project_meshes, moving both ends by their inverse masses.
+    Points at the edge's ends are the vertex pass's. Returns the new ccount."""
+    n = np.uint64(pos.shape[1])
+    ox, oy, oz, inv = grid[0], grid[1], grid[2], grid[3]
+    nx, ny, nz = np.int64(grid[4]), np.int64(grid[5]), np.int64(grid[6])
+    hx = ox + np.float32(nx) / inv
+    hy = oy + np.float32(ny) / inv
+    hz = oz + np.float32(nz) / inv
+    end_tol = np.float32(0.02)
+    for i in range(n):
+        if cmask[i] < F0:
+            continue
+        wa = inv_mass[i]
+        for e in range(edge_start[i], edge_start[i + 1]):
+            k = edge_other[e]
+            if k < i or cmask[k] < F0:
+                continue
+            wb = inv_mass[k]
+            if wa + wb == F0:
+                continue
+            off = max(cmask[i], cmask[k])
+            ax, ay, az = pos[0, i], pos[1, i], pos[2, i]
+            bx, by, bz = pos[0, k], pos[1, k], pos[2, k]
+            lx = min(min(ax, bx), min(prev[0, i], prev[0, k]))
+            ly = min(min(ay, by), min(prev[1, i], prev[1, k]))
+            lz = min(min(az, bz), min(prev[2, i], prev[2, k]))
+            ux = max(max(ax, bx), max(prev[0, i], prev[0, k]))
+            uy = max(max(ay, by), max(prev[1, i], prev[1, k]))
+            uz = max(max(az, bz), max(prev[2, i], prev[2, k]))
+            if ux < ox or uy < oy or uz < oz or lx > hx or ly > hy or lz > hz:
+                continue
+            cx0 = min(max(np.int64((lx - ox) * inv), 0), nx - 1)
+            cy0 = min(max(np.int64((ly - oy) * inv), 0), ny - 1)
+            cz0 = min(max(np.int64((lz - oz) * inv), 0), nz - 1)
+            cx1 = min(max(np.int64((ux - ox) * inv), 0), nx - 1)
+            cy1 = min(max(np.int64((uy - oy) * inv), 0), ny - 1)
+            cz1 = min(max(np.int64((uz - oz) * inv), 0), nz - 1)
+            moved = False
+            for cz in range(cz0, cz1 + 1):
+                for cy in range(cy0, cy1 + 1):
+                    for cx in range(cx0, cx1 + 1):
+                        cell = (cz * ny + cy) * nx + cx
+                        for q in range(start[cell], start[cell + 1]):
+                            j = items[q]
+                            if (cx != max(cx0, tcell[j, 0]) or cy != max(cy0, tcell[j, 1])
+                                    or cz != max(cz0, tcell[j, 2])):
+                                continue
+                            if (ux < tbox[j, 0] or uy < tbox[j, 1] or uz < tbox[j, 2] or lx > tbox[j, 3]
+                                    or ly > tbox[j, 4] or lz > tbox[j, 5]):
+                                continue
+                            if tri1[j, 15] == F0:
+                                continue
+                            th = tparam[j, 0] + off
+                            inner = tparam[j, 3] + off
+                            n1x, n1y, n1z = tri1[j, 9], tri1[j, 10], tri1[j, 11]
+                            # Heights of both ends now and at substep start.
+                            ha = (ax - tri1[j, 0]) * n1x + (ay - tri1[j, 1]) * n1y + (az - tri1[j, 2]) * n1z
+                            hb = (bx - tri1[j, 0]) * n1x + (by - tri1[j, 1]) * n1y + (bz - tri1[j, 2]) * n1z
+                            ga = prev[0, i] * n1x + prev[1, i] * n1y + prev[2, i] * n1z - tri1[j, 19]
+                            gb = prev[0, k] * n1x + prev[1, k] * n1y + prev[2, k] * n1z - tri1[j, 19]
+                            sg = F1
+                            if tparam[j, 2] != F0 and ga + gb < F0:
+                                sg = -F1
+                            ha, hb, ga, gb = sg * ha, sg * hb, sg * ga, sg * gb
+                            if ha >= th and hb >= th:
+                                continue
+                            # Barycentric coordinates of both ends' projections.
+                            d00, d01, d11, idn = tri1[j, 12], tri1[j, 13], tri1[j, 14], tri1[j, 15]
+                            wx, wy, wz = ax - tri1[j, 0], ay - tri1[j, 1], az - tri1[j, 2]
+                            e0 = wx * tri1[j, 3] + wy * tri1[j, 4] + wz * tri1[j, 5]
+                            e1 = wx * tri1[j, 6] + wy * tri1[j, 7] + wz * tri1[j, 8]
+                            va = (d11 * e0 - d01 * e1) * idn
+                            wa_ = (d00 * e1 - d01 * e0) * idn
+                            wx, wy, wz = bx - tri1[j, 0], by - tri1[j, 1], bz - tri1[j, 2]
+                            e0 = wx * tri1[j, 3] + wy * tri1[j, 4] + wz * tri1[j, 5]
+                            e1 = wx * tri1[j, 6] + wy * tri1[j, 7] + wz * tri1[j, 8]
+                            vb = (d11 * e0 - d01 * e1) * idn
+                            wb_ = (d00 * e1 - d01 * e0) * idn
+                            lo, hi = _clip(F0, F1, va, vb)
+                            lo, hi = _clip(lo, hi, wa_, wb_)
+                            lo, hi = _clip(lo, hi, F1 - va - wa_, F1 - vb - wb_)
+                            if lo > hi:
+                                continue
+                            s = lo if ha + lo * (hb - ha) <= ha + hi * (hb - ha) else hi
+                            if s < end_tol or s > F1 - end_tol:
+                                continue
+                            h = ha + s * (hb - ha)
+                            if h >= th:
+                                continue
+                            if h < F0 and ga + s * (gb - ga) < -inner:
+                                continue  # started behind this face: another face's
+                            g = F1 - s
+                            den = wa * g * g + wb * s * s
+                            lam = (th - h) / den
+                            mx, my, mz = sg * n1x, sg * n1y, sg * n1z
+                            da = wa * g * lam
+                            db = wb * s * lam
+                            ax += da * mx
+                            ay += da * my
+                            az += da * mz
+                            bx += db * mx
+                            by += db * my
+                            bz += db * mz
+                            moved = True
+                            for end in range(2):
+                                v = np.uint64(i) if end == 0 else np.uint64(k)
+                                dv = da if end == 0 else db
+                                if dv > F0:
+                                    contact[0, v], contact[1, v], contact[2, v] = mx, my, mz
+                                    if contact[3, v] == F0:
+                                        clist[ccount] = v
+                                        ccount += 1
+                                    contact[3, v] += max(dv * tparam[j, 1], np.float32(1e-20))
+                                    contact[4, v], contact[5, v], contact[6, v] = tri1[j, 16], tri1[j, 17], tri1[j, 18]
+            if moved:
+                pos[0, i], pos[1, i], pos[2, i] = ax, ay, az
+                pos[0, k], pos[1, k], pos[2, k] = bx, by, bz
+    return ccount
+
+
 class _MeshStep:
     """The per-step arrays of one model's mesh colliders, reused while the
     triangle count stays."""
