@@ -163,7 +163,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         if GENERAL and meshes is not None:
             # The mesh colliders' triangles at this substep's start and end.
             mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
-                              meshes[8], meshes[9])
+                              meshes[12], meshes[8], meshes[9])
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
@@ -224,11 +224,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
             if GENERAL and meshes is not None:
                 ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
-                                        meshes[5], meshes[6], meshes[7], contact, clist, ccount)
+                                        meshes[5], meshes[6], meshes[7], meshes[11], contact, clist, ccount)
                 if cfg.use_edges != F0:
                     ccount = project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, meshes[3],
                                                 meshes[8], meshes[9], meshes[4], meshes[5], meshes[6], meshes[7],
-                                                contact, clist, ccount)
+                                                meshes[11], contact, clist, ccount)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     return bad
 

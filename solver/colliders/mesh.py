@@ -39,10 +39,15 @@ from ..params import SolverError
 
 # Triangle parameter rows (t, 4): thickness, friction factor, two-sided flag, inner reach.
 # Substep rows: tri1 (t, 20) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
-# d01, d11, 1/den (0 = degenerate), velocity (3), a0 . n1; tbox (t, 6) min, max of the triangle over the substep, grown.
-TRI1_COLS = 20
+# d01, d11, 1/den (0 = degenerate), velocity (3), a0 . n1, 1 where an edge of
+# the triangle is sharp (see SHARP_COS) or open; tbox (t, 6) min, max of the triangle over the substep, grown.
+TRI1_COLS = 21
 # How far past a triangle's edges (in barycentric units) its prism reaches.
 BARY_TOL = np.float32(1e-3)
+# An edge between triangles whose normals differ by more than about 25
+# degrees is sharp: the cloth's edges can cut into it between their
+# vertices (by less than the sag of a chord over a smoother surface).
+SHARP_COS = np.float32(0.9)
 # Grid cell edge, in mean triangle box edges.
 CELL = 1.0
 # Grid: at most this many cells (the cell size grows to fit).
@@ -223,12 +228,14 @@ def _unit_normal(ux, uy, uz, wx, wy, wz):
 
 
 @njit(**FLAT)
-def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, tri1, tbox):
+def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox):
     """The triangles at substep end (tri1: a, edges, unit normal, the
     barycentric constants, velocity, and a0 . n: the plane's offset at
     substep start, for the side a vertex started on; the normal's turn over
     one substep is left out) and their boxes over the substep grown as
-    build_grid's (tbox). inv_dt: 1 / the step's length (the velocity)."""
+    build_grid's (tbox). inv_dt: 1 / the step's length (the velocity).
+    nbr: (t, 3) the triangle across each edge (-1: none), for the sharp
+    flag."""
     s0 = F1 - t0
     s1 = F1 - t1
     third = inv_dt / np.float32(3.0)
@@ -266,6 +273,15 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, tri1, tbox):
         tbox[j, 3] = max(max(max(ax0, bx0), max(cx0, ax1)), max(bx1, cx1)) + g
         tbox[j, 4] = max(max(max(ay0, by0), max(cy0, ay1)), max(by1, cy1)) + g
         tbox[j, 5] = max(max(max(az0, bz0), max(cz0, az1)), max(bz1, cz1)) + g
+    for j in range(tris.shape[0]):
+        sharp = F0
+        for c in range(3):
+            k = nbr[j, c]
+            if k < 0:
+                sharp = F1
+            elif (tri1[j, 9] * tri1[k, 9] + tri1[j, 10] * tri1[k, 10] + tri1[j, 11] * tri1[k, 11]) < SHARP_COS:
+                sharp = F1
+        tri1[j, 20] = sharp
 
 
 @njit(inline="always", **JIT)
@@ -306,14 +322,16 @@ def _closest_on_triangle(px, py, pz, ax, ay, az, abx, aby, abz, acx, acy, acz):
 
 
 @njit(**FLAT)
-def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, items, tcell, contact,
+def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, items, tcell, near, contact,
                    clist, ccount):
     """Push every cloth vertex out of the mesh colliders (see the module's
     rules), the triangles at substep end tri1 and their substep boxes tbox
     (mesh_substep_rows), binned by build_grid. A vertex
     with cmask < 0 ignores colliders; cmask >= 0 grows the thickness by it.
     contact/clist as for project_colliders_into (friction: the depth is
-    scaled by the collider's friction factor). Returns the new ccount."""
+    scaled by the collider's friction factor). near[i] = 1 where vertex i's
+    path box meets the substep box of a triangle with a sharp or open edge
+    (the edge pass visits the edges of those), else 0. Returns the new ccount."""
     n = np.uint64(pos.shape[1])
     ox, oy, oz, inv = grid[0], grid[1], grid[2], grid[3]
     nx, ny, nz = np.int64(grid[4]), np.int64(grid[5]), np.int64(grid[6])
@@ -321,7 +339,8 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
     hy = oy + np.float32(ny) / inv
     hz = oz + np.float32(nz) / inv
     for i in range(n):
-        if inv_mass[i] == F0 or cmask[i] < F0:
+        near[i] = 0
+        if cmask[i] < F0:
             continue
         off = cmask[i]
         px, py, pz = pos[0, i], pos[1, i], pos[2, i]
@@ -355,7 +374,9 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                         if (ux < tbox[j, 0] or uy < tbox[j, 1] or uz < tbox[j, 2] or lx > tbox[j, 3]
                                 or ly > tbox[j, 4] or lz > tbox[j, 5]):
                             continue
-                        if tri1[j, 15] == F0:
+                        if tri1[j, 20] != F0:
+                            near[i] = 1
+                        if tri1[j, 15] == F0 or inv_mass[i] == F0:
                             continue
                         th = tparam[j, 0] + off
                         inner = tparam[j, 3] + off
@@ -448,14 +469,20 @@ def _clip(lo, hi, fa, fb):
 
 @njit(**FLAT)
 def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tparam, tri1, tbox, grid, start, items,
-                       tcell, contact, clist, ccount):
+                       tcell, near, contact, clist, ccount):
     """Keep the cloth's edges out of the mesh colliders between their
     vertices (a table's edge, a chair's leg thinner than the cloth's
     triangles): each edge is clipped to every nearby triangle's prism, and
     the point of the clipped part nearest the triangle's outer side (one end
     of it: the height is linear along the edge) is held at the thickness by
     the rules of project_meshes, moving both ends by their inverse masses.
-    Points at the edge's ends are the vertex pass's. Returns the new ccount."""
+    Only triangles with a sharp or open edge (tri1[:, 20]) count: over a
+    smooth surface an edge sags into it by no more than its chord's sag.
+    Points at the edge's ends are the vertex pass's. Only the edges with an
+    end near such a triangle (near, from project_meshes: within the
+    thickness of its box) are visited: an edge across a part thinner than the edge whose
+    ends are both farther than the thickness from it is not seen. Returns the
+    new ccount."""
     n = np.uint64(pos.shape[1])
     ox, oy, oz, inv = grid[0], grid[1], grid[2], grid[3]
     nx, ny, nz = np.int64(grid[4]), np.int64(grid[5]), np.int64(grid[6])
@@ -469,7 +496,7 @@ def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tpara
         wa = inv_mass[i]
         for e in range(edge_start[i], edge_start[i + 1]):
             k = edge_other[e]
-            if k < i or cmask[k] < F0:
+            if k < i or cmask[k] < F0 or near[i] + near[k] == 0:
                 continue
             wb = inv_mass[k]
             if wa + wb == F0:
@@ -504,7 +531,7 @@ def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tpara
                             if (ux < tbox[j, 0] or uy < tbox[j, 1] or uz < tbox[j, 2] or lx > tbox[j, 3]
                                     or ly > tbox[j, 4] or lz > tbox[j, 5]):
                                 continue
-                            if tri1[j, 15] == F0:
+                            if tri1[j, 15] == F0 or tri1[j, 20] == F0:
                                 continue
                             th = tparam[j, 0] + off
                             inner = tparam[j, 3] + off
@@ -574,13 +601,41 @@ def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tpara
     return ccount
 
 
+def triangle_neighbours(tris):
+    """(t, 3) int32: the triangle across edge (0-1, 1-2, 2-0) of each
+    triangle, -1 where none (an open edge) or more than one (non-manifold:
+    treated as open)."""
+    t = tris.shape[0]
+    a = tris.astype(np.int64)
+    lo = np.concatenate([np.minimum(a[:, 0], a[:, 1]), np.minimum(a[:, 1], a[:, 2]), np.minimum(a[:, 2], a[:, 0])])
+    hi = np.concatenate([np.maximum(a[:, 0], a[:, 1]), np.maximum(a[:, 1], a[:, 2]), np.maximum(a[:, 2], a[:, 0])])
+    key = lo * (int(a.max(initial=0)) + 1) + hi
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    out = np.full(3 * t, -1, np.int64)
+    same = ks[1:] == ks[:-1]
+    # Exactly two faces share the edge: not a third before or after.
+    pair = same.copy()
+    pair[1:] &= ~same[:-1]
+    pair[:-1] &= ~same[1:]
+    i = np.nonzero(pair)[0]
+    e0, e1 = order[i], order[i + 1]
+    out[e0] = e1 % t
+    out[e1] = e0 % t
+    return out.reshape(3, t).T.astype(np.int32).copy()
+
+
 class _MeshStep:
     """The per-step arrays of one model's mesh colliders, reused while the
-    triangle count stays."""
+    triangles stay."""
 
-    def __init__(self, t):
+    def __init__(self, tris, n):
+        t = tris.shape[0]
+        self.tris = tris.copy()
+        self.nbr = triangle_neighbours(tris)
         self.tri1 = np.zeros((t, TRI1_COLS), np.float32)
         self.tbox = np.zeros((t, 6), np.float32)
+        self.near = np.zeros(n, np.uint8)
 
 
 _SCRATCH = weakref.WeakKeyDictionary()
@@ -596,7 +651,9 @@ def mesh_step_args(model, meshes, dt, pad):
     v0, v1, tris, tparam = packed
     t = tris.shape[0]
     scratch = _SCRATCH.get(model)
-    if scratch is None or scratch.tri1.shape[0] != t:
-        scratch = _SCRATCH[model] = _MeshStep(t)
+    if (scratch is None or scratch.tris.shape != tris.shape or scratch.near.shape[0] != model.n
+            or not np.array_equal(scratch.tris, tris)):
+        scratch = _SCRATCH[model] = _MeshStep(tris, model.n)
     grid, start, items, tcell = build_grid(v0, v1, tris, tparam, np.float32(pad))
-    return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt))
+    return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt),
+            scratch.near, scratch.nbr)
