@@ -18,13 +18,13 @@ Cases:
   deepest cloth vertex inside the body at the end of every measured frame
   (exact point-triangle distance, inside by ray parity; tests/mesh_scenes.py)
   against the thickness.
-- blender_cloth_body_20k (with --blender): the same scene in Blender's Cloth
+- blender_cloth_body_20k (when bpy imports; --no-blender skips it): the same scene in Blender's Cloth
   (Collision modifier on the body, quality 5), seconds per frame and the
   same penetration oracle, and Drape's speed ratio over it.
 
-    .venv/bin/python benchmarks/bench_colliders.py            # Drape rows
-    .venv/bin/python benchmarks/bench_colliders.py --blender  # and Blender's Cloth
-    .venv/bin/python benchmarks/bench_colliders.py --quick    # smoke run
+    make bench-colliders                                          # every row, into results.jsonl
+    .venv/bin/python benchmarks/bench_colliders.py --no-blender   # Drape rows only
+    .venv/bin/python benchmarks/bench_colliders.py --quick        # smoke run
 
 Step figures are thread CPU time, medians over the measured steps, with the
 spread (25th-75th percentile).
@@ -382,14 +382,19 @@ def blender_case(frames, drape_ms, drape_pen):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few steps (smoke run)")
-    ap.add_argument("--blender", action="store_true", help="also run Blender's Cloth on the scene")
+    ap.add_argument("--no-blender", action="store_true", help="skip Blender's Cloth on the scene")
     ap.add_argument("--blender-frames", type=int, default=30)
     args = ap.parse_args(argv)
     numba.set_num_threads(1)
     warm, steps = (10, 10) if args.quick else (60, 120)
     log(f"mesh collider: {warm} warm-up and {steps} measured steps")
     drape_ms, drape_pen = drape_case(warm, steps, quality_every=20)
-    if args.blender:
+    if not args.no_blender:
+        try:
+            import bpy  # noqa: F401
+        except ImportError:
+            log("bpy does not import: no Blender Cloth row")
+            return
         blender_case(5 if args.quick else args.blender_frames, drape_ms, drape_pen)
 
 
