@@ -285,6 +285,12 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
 
 
 @njit(inline="always", **JIT)
+def _cell(x, o, inv, n):
+    """The grid cell along one axis of coordinate x (clamped to the grid)."""
+    return min(max(np.int64((x - o) * inv), 0), n - 1)
+
+
+@njit(inline="always", **JIT)
 def _closest_on_triangle(px, py, pz, ax, ay, az, abx, aby, abz, acx, acy, acz):
     """Closest point of triangle (a, a + ab, a + ac) to p (Ericson's region
     tests)."""
@@ -367,12 +373,15 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                     cell = (cz * ny + cy) * nx + cx
                     for q in range(start[cell], start[cell + 1]):
                         j = items[q]
-                        # Each pair once: in the lowest cell both boxes share.
-                        if (cx != max(cx0, tcell[j, 0]) or cy != max(cy0, tcell[j, 1])
-                                or cz != max(cz0, tcell[j, 2])):
-                            continue
                         if (ux < tbox[j, 0] or uy < tbox[j, 1] or uz < tbox[j, 2] or lx > tbox[j, 3]
                                 or ly > tbox[j, 4] or lz > tbox[j, 5]):
+                            continue
+                        # Each pair once: in the cell of the lowest corner both
+                        # boxes share (the substep box lies in the step box the
+                        # grid binned, so the triangle is listed there too).
+                        if (cx != _cell(max(lx, tbox[j, 0]), ox, inv, nx)
+                                or cy != _cell(max(ly, tbox[j, 1]), oy, inv, ny)
+                                or cz != _cell(max(lz, tbox[j, 2]), oz, inv, nz)):
                             continue
                         if tri1[j, 20] != F0:
                             near[i] = 1
@@ -525,11 +534,12 @@ def project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, tpara
                         cell = (cz * ny + cy) * nx + cx
                         for q in range(start[cell], start[cell + 1]):
                             j = items[q]
-                            if (cx != max(cx0, tcell[j, 0]) or cy != max(cy0, tcell[j, 1])
-                                    or cz != max(cz0, tcell[j, 2])):
-                                continue
                             if (ux < tbox[j, 0] or uy < tbox[j, 1] or uz < tbox[j, 2] or lx > tbox[j, 3]
                                     or ly > tbox[j, 4] or lz > tbox[j, 5]):
+                                continue
+                            if (cx != _cell(max(lx, tbox[j, 0]), ox, inv, nx)
+                                    or cy != _cell(max(ly, tbox[j, 1]), oy, inv, ny)
+                                    or cz != _cell(max(lz, tbox[j, 2]), oz, inv, nz)):
                                 continue
                             if tri1[j, 15] == F0 or tri1[j, 20] == F0:
                                 continue
