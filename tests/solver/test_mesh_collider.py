@@ -288,3 +288,24 @@ def test_a_million_triangle_collider_works():
     x, _ = simulate(rest, fi, fs, static(v, t), 6, 2)
     assert np.isfinite(x).all()
     assert x[:, 2].min() >= 0.5 + TH - 1e-3
+
+
+def test_non_manifold_and_self_intersecting_colliders():
+    # A floor with a fin standing on its middle edges (three triangles on
+    # each) and a second, tilted floor crossing the first along x = 0: no
+    # NaN, and the sheet stays above both.
+    floor, ft = plane_mesh(0.5, size=2.0, n=2)
+    fin = np.array([[-1.0, 0.0, 0.5], [1.0, 0.0, 0.5], [0.0, 0.0, 0.55]], np.float32)
+    i = len(floor)
+    tilted = floor.copy()
+    tilted[:, 2] += 0.05 * tilted[:, 0]
+    verts = np.concatenate([floor, fin[2:], tilted])
+    # The fin's base is the floor's middle row edge (vertices 3-4-5 of a 3 x 3 grid).
+    fin_tris = np.array([[3, 4, i], [4, 5, i]], np.int32)
+    second = ft + i + 1
+    tris = np.concatenate([ft, fin_tris, second])
+    rest, fi, fs = sheet(10, 0.6, 0.7)
+    x, _ = simulate(rest, fi, fs, static(verts, tris), 60, 2)
+    assert np.isfinite(x).all()
+    above = np.maximum(0.5, 0.5 + 0.05 * x[:, 0])
+    assert np.all(x[:, 2] >= above + TH - 1.5e-3)
