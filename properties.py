@@ -330,6 +330,8 @@ class DrapeColliderSettings(PropertyGroup):
     Box: an oriented box around a local Center with local Half size, its
     edges and corners rounded by Rounding (inside the half size); it moves,
     turns and scales with the object.
+    Mesh: the object's evaluated triangles in world space, read at every
+    frame (deforming meshes collide as they move).
     """
 
     kind: EnumProperty(
@@ -340,6 +342,7 @@ class DrapeColliderSettings(PropertyGroup):
             ('PLANE', "Plane", "Infinite plane through the origin, normal along local +Z"),
             ('SPHERE', "Sphere", "Sphere around a local center (radius scaled by the mean world scale)"),
             ('BOX', "Box", "Oriented box around a local center, optionally with rounded edges"),
+            ('MESH', "Mesh", "The object's evaluated mesh (modifiers, armature, shape keys), static or deforming"),
         ),
         default='NONE',
     )
@@ -361,6 +364,21 @@ class DrapeColliderSettings(PropertyGroup):
     rounding: FloatProperty(name="Rounding", description="Radius of the box's rounded edges and corners "
                             "(inside its half size; local units)", default=0.0, min=0.0, soft_max=0.5,
                             subtype='DISTANCE')
+    outer_thickness: FloatProperty(name="Outer thickness",
+                                   description="Mesh collider: distance the cloth keeps from its surface",
+                                   default=0.01, min=0.0, soft_max=0.1, subtype='DISTANCE')
+    friction: FloatProperty(name="Friction", description="Mesh collider: factor on the cloth's friction "
+                                                         "against it (1 = the cloth's own, 0 = none)",
+                            default=1.0, min=0.0, soft_max=2.0)
+    sides: EnumProperty(
+        name="Sides",
+        items=(
+            ('NORMAL', "Normal side", "The cloth stays on the side the face normals point to (closed meshes, "
+                                      "or open ones whose normals face the cloth)"),
+            ('BOTH', "Both sides", "The cloth stays on whichever side it comes from (open meshes)"),
+        ),
+        default='NORMAL',
+    )
 
 
 classes = (DrapeClothSettings, DrapeColliderSettings)

@@ -8,7 +8,11 @@ Blender unit). A plane
 passes through the origin with its normal along local +Z. Transforms come from
 the evaluated object (keyframes, parents, constraints, bone parents and
 Child Of on armature poses all included) and the previous frame's transform
-is kept so the solver can sweep from start to end of the step.
+is kept so the solver can sweep from start to end of the step. A mesh
+collider is the object's evaluated mesh (modifiers, armature, shape keys,
+Geometry Nodes) as triangles in world space, read with foreach_get at every
+frame; the previous frame's vertices are kept the same way, so a deforming
+mesh sweeps from its pose at one frame to the next.
 
 A capsule's axis may also run between two local points (axis_start,
 axis_end); its radii then scale by the mean length of the world matrix's
@@ -121,12 +125,13 @@ def plane_from_matrix(m):
 class ColliderFrame:
     """Colliders at one instant, keyed by object name."""
 
-    __slots__ = ("capsules", "planes", "boxes")
+    __slots__ = ("capsules", "planes", "boxes", "meshes")
 
     def __init__(self):
         self.capsules = {}  # name -> (a, b, ra, rb); a sphere has a == b
         self.planes = {}    # name -> (point, normal)
         self.boxes = {}     # name -> (centre, quaternion w x y z, half extents, rounding)
+        self.meshes = {}    # name -> (verts (m, 3) float32 world metres, tris (t, 3) int32, thickness, friction, two_sided)
 
 
 def _problem(obj, message, setting=None):
@@ -192,7 +197,56 @@ def read(scene, depsgraph):
         elif c.kind == 'BOX':
             centre, rot, half, rounding = box_from_matrix(m, c.center, c.half_extents, c.rounding)
             frame.boxes[obj.name] = (centre, _quaternion(rot), half, rounding)
+        elif c.kind == 'MESH':
+            frame.meshes[obj.name] = read_mesh(obj, depsgraph, m, unit)
     return frame
+
+
+# Triangles a mesh collider may have (the solver's grid and per-substep
+# rows cost about 20 ns and 60 bytes a triangle).
+MAX_MESH_TRIANGLES = 4_000_000
+
+
+def read_mesh(obj, depsgraph, m, unit=1.0):
+    """A MESH collider's evaluated triangles: (verts (m, 3) float32 world
+    metres, tris (t, 3) int32, thickness m, friction, two_sided). ``m``:
+    its world matrix (numpy, metres)."""
+    c = obj.drape_collider
+    if obj.type != 'MESH':
+        raise _problem(obj, f"a Mesh collider must be a mesh object, not {obj.type.lower()}", setting="Collider")
+    if getattr(getattr(obj, "drape", None), "enabled", False):
+        raise _problem(obj, "it is also a Drape cloth: a cloth cannot collide with itself as a Mesh collider "
+                            "(use Self collision, or set Collider to None)", setting="Collider")
+    for prop in ("outer_thickness", "friction"):
+        value = float(getattr(c, prop))
+        if not math.isfinite(value) or value < 0.0:
+            name = c.bl_rna.properties[prop].name
+            raise _problem(obj, f"{name} must be finite and >= 0, got {value:g}", setting=name)
+    ev = obj.evaluated_get(depsgraph)
+    me = ev.to_mesh()
+    try:
+        me.calc_loop_triangles()
+        t = len(me.loop_triangles)
+        if t == 0:
+            raise _problem(obj, "its evaluated mesh has no faces: a Mesh collider needs triangles (add faces, "
+                                "or use a Plane or Capsule collider)", setting="Collider")
+        if t > MAX_MESH_TRIANGLES:
+            raise _problem(obj, f"its evaluated mesh has {t} triangles, more than the {MAX_MESH_TRIANGLES} a "
+                                "Mesh collider may have (decimate it or collide with a simpler proxy)",
+                           setting="Collider")
+        co = np.empty(len(me.vertices) * 3, np.float32)
+        me.vertices.foreach_get("co", co)
+        tris = np.empty(t * 3, np.int32)
+        me.loop_triangles.foreach_get("vertices", tris)
+    finally:
+        ev.to_mesh_clear()
+    local = co.reshape(-1, 3).astype(np.float64)
+    world = local @ m[:3, :3].T + m[:3, 3]
+    if not np.isfinite(world.sum()):
+        raise _problem(obj, "its evaluated mesh has vertices that are not finite (NaN or infinite coordinates "
+                            "from a modifier, shape key or driver)")
+    return (world.astype(np.float32), tris.reshape(-1, 3), float(c.outer_thickness) * unit, float(c.friction),
+            c.sides == 'BOTH')
 
 
 def interpolate(start, end, t):
@@ -212,6 +266,11 @@ def interpolate(start, end, t):
         q1 = q1 if float(np.dot(q0, q1)) >= 0 else -q1
         q = q0 + (q1 - q0) * t
         out.boxes[name] = (c0 + (c1 - c0) * t, q / max(float(np.linalg.norm(q)), 1e-12), half, rounding)
+    for name, (v1, tris, th, fr, two) in end.meshes.items():
+        v0 = start.meshes.get(name, (v1,))[0]
+        if v0.shape == v1.shape:
+            v1 = v0 + (v1 - v0) * np.float32(t)
+        out.meshes[name] = (v1, tris, th, fr, two)
     return out
 
 
@@ -262,3 +321,18 @@ def box_inputs(start, end, solver):
         sc, sq, _, _ = start.boxes.get(name, end.boxes[name])
         c0[i], q0[i], c1[i], q1[i], half[i], rounding[i] = sc, sq, ec, eq, eh, er
     return solver.Boxes(center0=c0, rotation0=q0, half_extents=half, center1=c1, rotation1=q1, radius=rounding)
+def mesh_inputs(start, end, solver):
+    """The mesh colliders (a list of ``solver.MeshCollider``, or None) for
+    one step from ``start`` to ``end``. A mesh new this frame, or whose
+    vertex count changed (Geometry Nodes, a Remesh), starts where it ends:
+    no sweep between unrelated vertices."""
+    if not end.meshes:
+        return None
+    out = []
+    for name, (v1, tris, th, fr, two) in end.meshes.items():
+        v0 = start.meshes.get(name, (v1,))[0]
+        if v0.shape != v1.shape:
+            v0 = v1
+        out.append(solver.MeshCollider(verts0=v0, verts1=v1, tris=tris, thickness=th, friction=fr, two_sided=two,
+                                       name=f"'{name}' (Drape Mesh collider)"))
+    return out

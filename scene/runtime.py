@@ -612,6 +612,7 @@ class _Advance:
             inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
                                        wind_velocity=air)
             inputs.boxes = colliders_mod.box_inputs(c0, c1, solver)
+            inputs.meshes = colliders_mod.mesh_inputs(c0, c1, solver)
             self.inputs.append(inputs)
         self.samples, self.col_end, self.dt, self.params = samples, col_end, dt, prm
         self.read_ms = (time.perf_counter() - t0) * 1e3

@@ -20,7 +20,7 @@ Build once, step many, read positions::
 from . import jit  # noqa: F401, I001
 from . import hardware  # noqa: F401, I001
 from .model import Model, State, build_model
-from .colliders import Capsules, Planes
+from .colliders import Capsules, MeshCollider, Planes
 from .colliders.box import Boxes
 from .params import ClothParams, SolverError, StepInputs
 from .step import step
@@ -30,6 +30,7 @@ __all__ = [
     "Boxes",
     "Capsules",
     "ClothParams",
+    "MeshCollider",
     "Model",
     "Planes",
     "SolverError",

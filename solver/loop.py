@@ -34,6 +34,7 @@ from .colliders import collider_scratch, interpolate_colliders, project_collider
 from .colliders.box import box_swept_contacts, interpolate_boxes, project_box_edges_into, project_boxes_into
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
+from .colliders.mesh import mesh_substep_rows, project_mesh_edges, project_meshes
 from .config import F0, F1, new_config
 from .constraints.bending import (BendingRecord, FastBendingRecord, solve_bending, solve_bending_fast,
                                   solve_bending_fast4)
@@ -94,7 +95,7 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
          contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, sewing_arrays,
-         pressure_arrays, skinned_arrays, soft_lam, surface, self_contacts, boxes, box_scratch):
+         pressure_arrays, skinned_arrays, soft_lam, surface, self_contacts, boxes, box_scratch, meshes=None):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -105,7 +106,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     TetherRecord, as plain tuples. surface: SurfaceEdges.arrays() (the edge
     and face contacts, colliders/edges.py).
     self_contacts: None, or SelfCollision.solve_args() for this step's
-    frozen self contacts (None compiles a version without them). The
+    frozen self contacts (None compiles a version without them).
+    meshes: None, or colliders.mesh.mesh_step_args(...) for this step's
+    mesh colliders (run_general only). The
     substeps' kernels allocate nothing and compile without reference counts
     (jit.FLAT). boxes: packed colliders.box.Boxes (k, 21), box_scratch:
     colliders.box.box_scratch(n, k); boxes run in run_general only."""
@@ -194,6 +197,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             return bad
         if GENERAL and use_boxes:
             box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry, baabb)
+        if GENERAL and meshes is not None:
+            # The mesh colliders' triangles at this substep's start and end.
+            mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
+                              meshes[12], meshes[8], meshes[9])
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0
@@ -277,6 +284,13 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # pushes in the first.
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
+            if GENERAL and meshes is not None:
+                ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
+                                        meshes[5], meshes[6], meshes[7], meshes[11], contact, clist, ccount)
+                if cfg.use_edges != F0:
+                    ccount = project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, meshes[3],
+                                                meshes[8], meshes[9], meshes[4], meshes[5], meshes[6], meshes[7],
+                                                meshes[11], contact, clist, ccount)
             # ---- skinned constraints last: they hold exactly
             if GENERAL and use_skinned:
                 solve_skinned(pos, skinned.vertex, skinned.radius, skinned.backstop, skinned.normal, skinned.coef,

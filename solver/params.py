@@ -196,6 +196,8 @@ class StepInputs:
     acceleration: (n, 3) or (3,) extra per-vertex acceleration, m/s^2.
     boxes: oriented (optionally rounded) box colliders with start/end
         transforms (colliders.box.Boxes).
+    meshes: a list of colliders.MeshCollider (triangles at step start and
+        end); the step then runs the general loop.
     """
 
     pin_targets: np.ndarray = None
@@ -205,3 +207,4 @@ class StepInputs:
     wind_velocity: np.ndarray = None
     acceleration: np.ndarray = None
     boxes: "Boxes" = None
+    meshes: list = None

@@ -11,6 +11,7 @@ from . import loop
 from . import threads
 from .colliders import collider_scratch
 from .colliders.box import PACKED as _BOX_PACKED, box_scratch
+from .colliders.mesh import mesh_step_args
 from .config import new_config
 from .integrate import rows_from_points
 from .jit import compiled_fast
@@ -147,7 +148,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     h = dt / substeps
 
     # ---- validate and convert inputs (nothing is modified before this ends)
-    pin_weight = targets = caps = planes = accel = wind = None
+    pin_weight = targets = caps = planes = accel = wind = meshes = None
     boxes = None
     if inputs is not None:
         if inputs.pin_weight is not None:
@@ -164,6 +165,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             wind = _per_vertex("wind_velocity", inputs.wind_velocity, n)
         if getattr(inputs, "boxes", None) is not None:
             boxes = inputs.boxes.packed()
+        if inputs.meshes is not None:
+            meshes = mesh_step_args(model, inputs.meshes, dt, model.collider_offset_max)
     if pin_weight is not None:
         old = model.pin_weight
         if model.set_pin_weight(pin_weight):
@@ -210,7 +213,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             box_scr = model._box_scratch = box_scratch(n, boxes.shape[0])
     else:
         boxes = _EMPTY_BOXES
-    if cached.default and wind is _NO_FIELD and boxes.shape[0] == 0:
+    if cached.default and wind is _NO_FIELD and boxes.shape[0] == 0 and meshes is None:
         run, records = loop.run, cached.fast_records
         if model.n >= threads.COLOUR_SPLIT_MIN_VERTICES:  # a large cloth: its colours over numba's threads
             run = threads.colour_split(model, cached, params, run)
@@ -219,7 +222,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
-                  model.soft_lam, model.surface.arrays(), self_contacts, boxes, box_scr)
+                  model.soft_lam, model.surface.arrays(), self_contacts, boxes, box_scr, meshes)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:

@@ -1,4 +1,4 @@
-"""Colliders, one module per kind (capsule.py, plane.py, box.py), and what they
+"""Colliders, one module per kind (capsule.py, plane.py, box.py, mesh.py), and what they
 share: their motion over the substeps (interpolate_colliders), the one
 projection pass over every kind (project_colliders_into: capsules, swept
 entry planes, then half-spaces, fused into one load and store per vertex)
@@ -16,6 +16,7 @@ from numba import njit
 
 from .capsule import (Capsules, capsule_boxes, capsule_distance_pre, capsule_row_off, outside_capsule,
                       prepare_capsules, sweep_scratch, swept_box_union)
+from .mesh import MeshCollider
 from .plane import Planes
 from ..config import EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT, NoAliasCompiler

@@ -1,0 +1,170 @@
+"""Collider meshes and an oracle for the mesh collider tests and benchmark,
+written apart from solver/colliders/mesh.py: closed meshes built in numpy,
+exact point-triangle distances (tests/oracles.py) and inside-or-outside by
+the parity of a ray's crossings (float64, Moller-Trumbore)."""
+
+import numba as nb
+import numpy as np
+
+import oracles
+
+
+def uv_sphere(radius, centre, rings=16, segments=32):
+    """A closed UV sphere, outward normals: (verts (m, 3), tris (t, 3))."""
+    c = np.asarray(centre, dtype=np.float64)
+    verts = [c + (0, 0, radius)]
+    for r in range(1, rings):
+        th = np.pi * r / rings
+        for s in range(segments):
+            ph = 2 * np.pi * s / segments
+            verts.append(c + radius * np.array((np.sin(th) * np.cos(ph), np.sin(th) * np.sin(ph), np.cos(th))))
+    verts.append(c - (0, 0, radius))
+    tris = []
+    for s in range(segments):
+        tris.append((0, 1 + s, 1 + (s + 1) % segments))
+    for r in range(rings - 2):
+        a, b = 1 + r * segments, 1 + (r + 1) * segments
+        for s in range(segments):
+            s1 = (s + 1) % segments
+            tris.append((a + s, b + s, b + s1))
+            tris.append((a + s, b + s1, a + s1))
+    last = len(verts) - 1
+    base = 1 + (rings - 2) * segments
+    for s in range(segments):
+        tris.append((base + s, last, base + (s + 1) % segments))
+    return np.array(verts, np.float32), np.array(tris, np.int32)
+
+
+def box(lo, hi, n=1):
+    """A closed axis-aligned box split into n x n quads per face (two
+    triangles each), outward normals."""
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    verts, tris = [], []
+    g = np.linspace(0.0, 1.0, n + 1)
+    for axis in range(3):
+        for side in (0, 1):
+            u, v = [a for a in range(3) if a != axis]
+            base = len(verts)
+            for i in range(n + 1):
+                for j in range(n + 1):
+                    p = np.empty(3)
+                    p[axis] = hi[axis] if side else lo[axis]
+                    p[u] = lo[u] + g[i] * (hi[u] - lo[u])
+                    p[v] = lo[v] + g[j] * (hi[v] - lo[v])
+                    verts.append(p)
+            for i in range(n):
+                for j in range(n):
+                    a = base + i * (n + 1) + j
+                    q = (a, a + n + 1, a + n + 2, a + 1)
+                    tris.append((q[0], q[1], q[2]))
+                    tris.append((q[0], q[2], q[3]))
+    verts = np.array(verts, np.float32)
+    tris = np.array(tris, np.int32)
+    # Orient outward: the normal points away from the box's centre.
+    c = (lo + hi) / 2
+    a, b, cc = verts[tris[:, 0]], verts[tris[:, 1]], verts[tris[:, 2]]
+    nrm = np.cross(b - a, cc - a)
+    flip = np.einsum("ij,ij->i", nrm, (a + b + cc) / 3 - c) < 0
+    tris[flip] = tris[flip][:, ::-1]
+    return verts, tris
+
+
+def merge(*meshes):
+    """One (verts, tris) of several."""
+    vs, ts, base = [], [], 0
+    for v, t in meshes:
+        vs.append(v)
+        ts.append(t + base)
+        base += len(v)
+    return np.concatenate(vs).astype(np.float32), np.concatenate(ts).astype(np.int32)
+
+
+def table(top=0.75, size=1.0, slab=0.04, leg=0.05, n=4):
+    """A table: a slab on four square legs (five closed boxes), centred on
+    the origin."""
+    h = size / 2
+    parts = [box((-h, -h, top - slab), (h, h, top), n)]
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            cx, cy = sx * (h - leg), sy * (h - leg)
+            parts.append(box((cx - leg / 2, cy - leg / 2, 0.0), (cx + leg / 2, cy + leg / 2, top - slab), 2))
+    return merge(*parts)
+
+
+def cylinder(radius, length, rings=24, segments=24):
+    """An open tube along +Z from z = 0 to length, outward normals; vertex
+    r * segments + s is ring r, segment s."""
+    verts, tris = [], []
+    for r in range(rings + 1):
+        z = length * r / rings
+        for s in range(segments):
+            ph = 2 * np.pi * s / segments
+            verts.append((radius * np.cos(ph), radius * np.sin(ph), z))
+    for r in range(rings):
+        for s in range(segments):
+            s1 = (s + 1) % segments
+            a, b = r * segments + s, r * segments + s1
+            c, d = a + segments, b + segments
+            tris.append((a, b, d))
+            tris.append((a, d, c))
+    return np.array(verts, np.float32), np.array(tris, np.int32)
+
+
+def unsigned_distance(points, verts, tris):
+    """Exact distance of every point to the nearest triangle (float64)."""
+    p = np.asarray(points, np.float64)
+    v = np.asarray(verts, np.float64)
+    best = np.full(len(p), np.inf)
+    for a, b, c in tris:
+        best = np.minimum(best, oracles.point_triangle_distance(p, v[a], v[b], v[c]))
+    return best
+
+
+@nb.njit(cache=True)
+def _crossings(p, a, e1, e2, d):
+    """Crossings of the ray p + t d (t > 0) with every triangle (a, e1, e2)."""
+    out = np.zeros(p.shape[0], np.int64)
+    for j in range(a.shape[0]):
+        pvx = d[1] * e2[j, 2] - d[2] * e2[j, 1]
+        pvy = d[2] * e2[j, 0] - d[0] * e2[j, 2]
+        pvz = d[0] * e2[j, 1] - d[1] * e2[j, 0]
+        det = e1[j, 0] * pvx + e1[j, 1] * pvy + e1[j, 2] * pvz
+        if abs(det) < 1e-14:
+            continue
+        inv = 1.0 / det
+        for i in range(p.shape[0]):
+            qx, qy, qz = p[i, 0] - a[j, 0], p[i, 1] - a[j, 1], p[i, 2] - a[j, 2]
+            u = (qx * pvx + qy * pvy + qz * pvz) * inv
+            if u < 0.0 or u > 1.0:
+                continue
+            qvx = qy * e1[j, 2] - qz * e1[j, 1]
+            qvy = qz * e1[j, 0] - qx * e1[j, 2]
+            qvz = qx * e1[j, 1] - qy * e1[j, 0]
+            w = (d[0] * qvx + d[1] * qvy + d[2] * qvz) * inv
+            if w < 0.0 or u + w > 1.0:
+                continue
+            if (e2[j, 0] * qvx + e2[j, 1] * qvy + e2[j, 2] * qvz) * inv > 0.0:
+                out[i] += 1
+    return out
+
+
+def inside(points, verts, tris, direction=(0.5773, 0.5774, 0.5775)):
+    """True where a point is inside the closed mesh: an odd number of
+    crossings of a ray from it (Moller-Trumbore, float64)."""
+    p = np.ascontiguousarray(points, np.float64).reshape(-1, 3)
+    v = np.asarray(verts, np.float64)
+    d = np.asarray(direction, np.float64)
+    d = d / np.linalg.norm(d)
+    a = np.ascontiguousarray(v[tris[:, 0]])
+    return _crossings(p, a, np.ascontiguousarray(v[tris[:, 1]] - a), np.ascontiguousarray(v[tris[:, 2]] - a),
+                      d) % 2 == 1
+
+
+def penetration(points, verts, tris):
+    """How deep each point is inside the closed mesh (0 outside), m."""
+    p = np.asarray(points, np.float64).reshape(-1, 3)
+    out = np.zeros(len(p))
+    ins = inside(p, verts, tris)
+    if ins.any():
+        out[ins] = unsigned_distance(p[ins], verts, tris)
+    return out
