@@ -85,6 +85,7 @@ from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, 
                         MODE_POINT_POINT)
 from .records import Contacts, Mesh, Patches, Regions
 from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
+from .untangle import untangle as _untangle
 from .topology import build_patches, patch_far_pairs, patch_vertices, triangle_components, triangle_rings
 
 try:  # the core's error type when it is there
@@ -257,6 +258,7 @@ class SelfCollision:
         self.solve_ms = 0.0
         self.candidates = 0
         self.narrow_pairs = 0
+        self._build_untangle()
 
     @classmethod
     def from_model(cls, model, **kwargs):
@@ -570,6 +572,84 @@ class SelfCollision:
 
     def clear_cache(self):
         self.cached = False
+
+    # ------------------------------------------------------------ recovery
+
+    def _build_untangle(self):
+        """What untangle() keeps: each vertex's piece (connected mesh) and
+        its size, the hash grid's cell (the mean rest edge), scratch."""
+        n = self.n
+        parent = np.arange(n, dtype=np.int64)
+        e = self.edges
+        if len(e):
+            # Connected pieces by repeated label propagation over the edges.
+            lab = np.arange(n, dtype=np.int64)
+            while True:
+                m = np.minimum(lab[e[:, 0]], lab[e[:, 1]])
+                new = lab.copy()
+                np.minimum.at(new, e[:, 0], m)
+                np.minimum.at(new, e[:, 1], m)
+                new = new[new]
+                if np.array_equal(new, lab):
+                    break
+                lab = new
+            parent = lab
+        self._piece = np.ascontiguousarray(parent)
+        self._piece_size = np.bincount(parent, minlength=n).astype(np.int64)
+        lengths = np.linalg.norm(self.rest[e[:, 0]] - self.rest[e[:, 1]], axis=1) if len(e) else np.ones(1)
+        self._cell = np.float32(max(1.0 * float(lengths.mean()), 1e-6))
+        self._vertex_region = self.region
+        cap = max(256, len(self.triangles))
+        self._cross_edge = np.empty(cap, np.int32)
+        self._cross_tri = np.empty(cap, np.int32)
+        self._untangle_acc = np.zeros(4 * n, np.float32)
+        self._all_active = np.ones(n, np.uint8)
+        self.recover = True
+        self.untangle_passes = 6
+        self.untangle_everywhere = False
+        self.crossings_found = 0
+        self.crossings_left = 0
+        self.untangle_ms = 0.0
+
+    def untangle(self, pos, everywhere=None, passes=None):
+        """Push the edges that pass through triangles back out (untangle.py):
+        pos (3, n) float32 in place. Only where this step's contacts are
+        (the cloth near itself), or everywhere (everywhere=True, or the
+        attribute untangle_everywhere). Returns the crossings found in the
+        first pass; crossings_left is what the last pass left (-1: not
+        counted after the last push)."""
+        t0 = time.perf_counter()
+        everywhere = self.untangle_everywhere if everywhere is None else everywhere
+        if everywhere:
+            active = self._all_active
+        else:
+            if self.count == 0:
+                self.crossings_found = self.crossings_left = 0
+                self.untangle_ms = (time.perf_counter() - t0) * 1e3
+                return 0
+            active = np.zeros(self.n, np.uint8)
+            v = self.contact_vertex
+            active[v[:, 0]] = 1
+            active[v[:, 1]] = 1
+            full = self.contact_kind != KIND_POINT_POINT
+            active[v[full, 2]] = 1
+            active[v[full, 3]] = 1
+        passes = self.untangle_passes if passes is None else int(passes)
+        while True:
+            found, left = _untangle(pos, self.inv_mass, self.triangles, self.edges, self.tri_edges, self.tri_region,
+                                    self._vertex_region, self.layers, self.thickness, self._piece, self._piece_size,
+                                    active, self._cell, passes, self._cross_edge, self._cross_tri,
+                                    self._untangle_acc)
+            if found <= len(self._cross_edge):
+                break
+            # More crossings than room: grow (the pass that overflowed pushed
+            # only those that fit) and go on.
+            self._cross_edge = np.empty(int(found * 1.5), np.int32)
+            self._cross_tri = np.empty(int(found * 1.5), np.int32)
+        self.crossings_found = int(found)
+        self.crossings_left = int(left)
+        self.untangle_ms = (time.perf_counter() - t0) * 1e3
+        return int(found)
 
     def solve_args(self):
         """The arguments after (pos, prev_pos) of
