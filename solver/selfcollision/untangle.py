@@ -17,7 +17,7 @@ global intersection analysis in the manner of Baraff, Witkin and Kass,
    part that went through;
 3. each crossing edge's end in that small region is pushed to the side of
    the other end, past the triangle by half a thickness, the triangle's
-   corners the opposite way (inverse-mass weighted, Jacobi averaged). An
+   corners the opposite way (inverse-mass weighted, one crossing after the other). An
    edge whose ends are both in large regions (a contour that runs off the
    cloth's border) moves the end nearer the triangle's plane. Between two
    layered regions the layer order decides: the outer layer's end goes to
@@ -179,10 +179,8 @@ def cut_regions(n, edges, cut, piece, piece_size, region_of, small):
 
 @njit(cache=True)
 def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, ce, ct, count, small,
-                   acc):
-    """One Jacobi pass of pushes over the crossings (see the module doc)."""
-    n = x.shape[1]
-    acc[:] = 0.0
+                   acc, odd):
+    """One pass of pushes over the crossings (see the module doc)."""
     for k in range(count):
         e, t = ce[k], ct[k]
         u, v = edges[e, 0], edges[e, 1]
@@ -200,6 +198,7 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
             continue
         # The mover and the side it goes to.
         mover, side = -1, np.float32(0.0)
+        by_region = True
         re, rt = vertex_region[u], tri_region[t]
         le, lt = layers[re], layers[rt]
         if le >= 0 and lt >= 0 and le != lt:
@@ -214,8 +213,10 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
             mover, side = v, (np.float32(1.0) if du > 0.0 else np.float32(-1.0))
         elif abs(du) <= abs(dv):
             mover, side = u, (np.float32(1.0) if dv > 0.0 else np.float32(-1.0))
+            by_region = False
         else:
             mover, side = v, (np.float32(1.0) if du > 0.0 else np.float32(-1.0))
+            by_region = False
         dm = du if mover == u else dv
         h = np.float32(0.5) * max(thickness[re], thickness[rt])
         delta = side * h - dm
@@ -236,27 +237,27 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
         wc = (d00 * d21 - d01 * d20) / den
         wa = np.float32(1.0) - wb - wc
         wm = inv_mass[mover]
+        if odd and not by_region and wa * inv_mass[a] + wb * inv_mass[b] + wc * inv_mass[c] > 0.0:
+            # Every other pass the triangle alone moves past the near end:
+            # a vertex caught between two layers whose neighbours lie
+            # beyond both crosses one layer on either side, so moving it
+            # alone only swaps which.
+            wm = np.float32(0.0)
         wt = wa * wa * inv_mass[a] + wb * wb * inv_mass[b] + wc * wc * inv_mass[c]
         wsum = wm + wt
         if wsum <= 0.0:
             continue
         lam = delta / wsum
-        acc[4 * mover + 0] += lam * wm * nx
-        acc[4 * mover + 1] += lam * wm * ny
-        acc[4 * mover + 2] += lam * wm * nz
-        acc[4 * mover + 3] += 1.0
+        # In place (Gauss-Seidel): the next crossing sees this push, so the
+        # pushes of a vertex caught in a fold add up instead of averaging out.
+        x[0, mover] += lam * wm * nx
+        x[1, mover] += lam * wm * ny
+        x[2, mover] += lam * wm * nz
         for corner, w in ((a, wa), (b, wb), (c, wc)):
             f = -lam * w * inv_mass[corner]
-            acc[4 * corner + 0] += f * nx
-            acc[4 * corner + 1] += f * ny
-            acc[4 * corner + 2] += f * nz
-            acc[4 * corner + 3] += 1.0
-    for i in range(n):
-        m = acc[4 * i + 3]
-        if m > 0.0:
-            x[0, i] += acc[4 * i + 0] / m
-            x[1, i] += acc[4 * i + 1] / m
-            x[2, i] += acc[4 * i + 2] / m
+            x[0, corner] += f * nx
+            x[1, corner] += f * ny
+            x[2, corner] += f * nz
 
 
 @njit(cache=True)
@@ -285,7 +286,7 @@ def untangle(x, inv_mass, tri, edges, tri_edges, tri_region, vertex_region, laye
     small = np.zeros(n, np.uint8)
     first = -1
     left = 0
-    for _ in range(passes):
+    for i in range(passes):
         count = find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri)
         if first < 0:
             first = count
@@ -303,5 +304,5 @@ def untangle(x, inv_mass, tri, edges, tri_edges, tri_region, vertex_region, laye
                 cut[tri_edges[t, j]] = 1
         cut_regions(n, edges, cut, piece, piece_size, region_of, small)
         push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, out_edge, out_tri,
-                       count, small, acc)
+                       count, small, acc, (i & 1) == 1)
     return first, -1
