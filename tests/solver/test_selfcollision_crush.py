@@ -111,3 +111,68 @@ def test_a_cloth_that_starts_tangled_untangles_within_a_second(substeps, iterati
 
 def crossings_at_start(model, x):
     return len(intersecting_triangle_pairs(x, model.triangles))
+
+
+def crushed_pile(n, substeps, iterations, recover=True, frames=150, squeeze_frames=120):
+    """An n x n 1 m sheet lying on the ground, crushed sideways between two
+    wall planes to a third of its width over squeeze_frames: the crossing
+    pairs of every frame and the highest point at the end."""
+    rest, fi, fs = sheet(n, 1.0, 0.01)
+    params = ClothParams(substeps=substeps, iterations=iterations)
+    model = build(rest, fi, fs, params)
+    model.self_collision = SelfCollision.from_model(model, thickness=0.006)
+    model.self_collision.recover = recover
+    state = model.new_state(rest + np.random.default_rng(1).normal(0.0, 0.001, rest.shape) * [0, 0, 1])
+
+    def wall(f):
+        return 0.52 - min(f / squeeze_frames, 1.0) * (0.52 - 0.17)
+
+    normals = [[0, 0, 1], [1, 0, 0], [-1, 0, 0]]
+    counts = []
+    for f in range(frames):
+        a, b = wall(f), wall(f + 1)
+        planes = Planes(point0=[[0, 0, 0], [-a, 0, 0], [a, 0, 0]], normal0=normals,
+                        point1=[[0, 0, 0], [-b, 0, 0], [b, 0, 0]], normal1=normals)
+        step(model, state, StepInputs(planes=planes), DT, params)
+        counts.append(crossings(model, state))
+    p = state.positions_aos()
+    assert np.abs(p[:, 0]).max() < 0.17 + 0.01, "the walls did not crush it"
+    return counts, float(p[:, 2].max())
+
+
+def assert_recovers(counts):
+    """0 at the end, and no run of frames with crossings lasting a second."""
+    assert counts[-1] == 0, counts
+    run = 0
+    for c in counts:
+        run = run + 1 if c else 0
+        assert run < 60, counts
+
+
+@pytest.mark.slow
+def test_crushed_32_sheet_ends_without_intersections():
+    counts, top = crushed_pile(32, 8, 2)
+    assert top > 0.05, "it did not pile up"
+    assert_recovers(counts)
+
+
+@pytest.mark.slow
+def test_crushed_32_sheet_tangles_without_recovery():
+    # The scene the test above passes does tangle with recovery off.
+    counts, _ = crushed_pile(32, 8, 2, recover=False)
+    assert counts[-1] > 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n,substeps,iterations", [(48, 8, 2), (64, 8, 2), (32, 4, 1), (32, 16, 2), (64, 4, 2)])
+def test_crushed_sheets_end_without_intersections(n, substeps, iterations):
+    counts, top = crushed_pile(n, substeps, iterations)
+    assert top > 0.05, "it did not pile up"
+    assert_recovers(counts)
+
+
+@pytest.mark.slow
+def test_crushed_faster_ends_without_intersections():
+    # The same squeeze in a quarter of the time (0.7 m/s walls).
+    counts, top = crushed_pile(48, 8, 2, frames=90, squeeze_frames=30)
+    assert_recovers(counts)
