@@ -29,6 +29,14 @@ One `SelfCollision` per model. The step calls it twice:
   not depend on thread count or order. Friction (Coulomb, position level)
   uses the motion since ``prev_pos``.
 
+- ``untangle(pos)`` once at step end while ``recover`` is set (the
+  default): edges the step left through triangles are pushed back out, each
+  to a consistent side (untangle.py: the part a closed intersection contour
+  cuts off goes back, the layer order decides between layers), where this
+  step's contacts are (``untangle_everywhere`` for the whole cloth). Frozen
+  contacts keep a vertex on the side it started the step on, so without
+  this a vertex that once went through stays through.
+
 Exactly once: each triangle pair is visited once (canonical A < B, and, in
 the grid, only in the lowest cell both boxes overlap). A feature pair (a
 vertex and a triangle, two edges, two points) is met from every pair of
@@ -68,8 +76,8 @@ to 28 cm and contacts cached at rest let them cross from frame 11 on.
 The package, in the order a step runs it: topology.py (built once per
 model: two rings, components, patches), broad.py (the broad phase),
 narrow.py (contact generation), solve.py (the Jacobi solve), cache.py
-(cached contacts' fans); beside them constants.py (kinds, modes, limits,
-kernel options), records.py (the named records the kernels take) and
+(cached contacts' fans), untangle.py (intersection recovery); beside them
+constants.py (kinds, modes, limits, kernel options), records.py (the named records the kernels take) and
 geometry.py (closest points, frames). This module holds SelfCollision,
 which drives them.
 """
