@@ -35,6 +35,8 @@ is listed.
 import numpy as np
 from numba import njit
 
+from .constants import LAYER_DEPTH
+
 
 @njit(cache=True)
 def _orient(ax, ay, az, bx, by, bz, cx, cy, cz, dx, dy, dz):
@@ -201,12 +203,21 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
         by_region = True
         re, rt = vertex_region[u], tri_region[t]
         le, lt = layers[re], layers[rt]
+        h = np.float32(0.5) * max(thickness[re], thickness[rt])
+        layered = False
         if le >= 0 and lt >= 0 and le != lt:
             want = np.float32(1.0) if le > lt else np.float32(-1.0)   # outer in front of inner
-            if du * want < 0.0:
-                mover, side = u, want
-            else:
-                mover, side = v, want
+            wrong = du if du * want < 0.0 else dv
+            # Only a shallow one (as the contacts' LAYER_DEPTH): forcing a
+            # deep one across the whole layer tears the layers apart.
+            if abs(wrong) < LAYER_DEPTH * np.float32(2.0) * h:
+                layered = True
+                if du * want < 0.0:
+                    mover, side = u, want
+                else:
+                    mover, side = v, want
+        if layered:
+            pass
         elif small[u] and not small[v]:
             mover, side = u, (np.float32(1.0) if dv > 0.0 else np.float32(-1.0))
         elif small[v] and not small[u]:
@@ -218,8 +229,9 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
             mover, side = v, (np.float32(1.0) if du > 0.0 else np.float32(-1.0))
             by_region = False
         dm = du if mover == u else dv
-        h = np.float32(0.5) * max(thickness[re], thickness[rt])
+        # At most two thicknesses a push: a deep one goes over a few passes.
         delta = side * h - dm
+        delta = max(-np.float32(4.0) * h, min(np.float32(4.0) * h, delta))
         # Where the edge meets the plane: the corners' barycentric weights.
         s = du / (du - dv)
         px = x[0, u] + s * (x[0, v] - x[0, u]) - x[0, a]
