@@ -615,6 +615,8 @@ class SelfCollision:
         self.recover = True
         self.untangle_passes = 6
         self.untangle_everywhere = False
+        self._untangled = None
+        self._known = np.zeros(n, np.uint8)   # 1: _untangled holds the last call's end
         self.crossings_found = 0
         self.crossings_left = 0
         self.untangle_ms = 0.0
@@ -633,6 +635,7 @@ class SelfCollision:
         else:
             if self.count == 0:
                 self.crossings_found = self.crossings_left = 0
+                self._untangled = None
                 self.untangle_ms = (time.perf_counter() - t0) * 1e3
                 return 0
             active = np.zeros(self.n, np.uint8)
@@ -643,9 +646,14 @@ class SelfCollision:
             active[v[full, 2]] = 1
             active[v[full, 3]] = 1
         passes = self.untangle_passes if passes is None else int(passes)
+        # The cloth as the last call left it (the sides edges came from).
+        if self._untangled is None:
+            self._untangled = pos.copy()
+            self._known[:] = 0
+        before = self._untangled
         while True:
-            found, left = _untangle(pos, self.inv_mass, self.triangles, self.edges, self.tri_edges, self.tri_region,
-                                    self._vertex_region, self.layers, self.thickness, self._piece, self._piece_size,
+            found, left = _untangle(pos, before, self._known, self.inv_mass, self.triangles, self.edges,
+                                    self.tri_edges, self.tri_region, self._vertex_region, self.layers, self.thickness, self._piece, self._piece_size,
                                     active, self._cell, passes, self._cross_edge, self._cross_tri,
                                     self._untangle_acc)
             if found <= len(self._cross_edge):
@@ -656,6 +664,9 @@ class SelfCollision:
             self._cross_tri = np.empty(int(found * 1.5), np.int32)
         self.crossings_found = int(found)
         self.crossings_left = int(left)
+        # The sides the next call's new crossings go back to.
+        self._untangled[:] = pos
+        self._known[:] = 1
         self.untangle_ms = (time.perf_counter() - t0) * 1e3
         return int(found)
 

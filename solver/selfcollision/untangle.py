@@ -10,18 +10,24 @@ global intersection analysis in the manner of Baraff, Witkin and Kass,
 
 1. every edge that crosses a triangle it shares no corner with is found
    (exact orientation tests, on a hash grid over the triangles' boxes);
-2. the crossing edges cut the mesh: the vertices still joined by uncut
+2. the crossing edges, and the edges of the triangles they pass through
+   (the contour runs across those), cut the mesh: the vertices still joined by uncut
    edges form regions. Where an intersection contour closes on the cloth,
    the region inside it is cut off from the rest of its piece; the smaller
    of the two sides of a crossing edge (less than half its piece) is the
    part that went through;
-3. each crossing edge's end in that small region is pushed to the side of
-   the other end, past the triangle by half a thickness, the triangle's
-   corners the opposite way (inverse-mass weighted, one crossing after the other). An
-   edge whose ends are both in large regions (a contour that runs off the
-   cloth's border) moves the end nearer the triangle's plane. Between two
-   layered regions the layer order decides: the outer layer's end goes to
-   the front of an inner triangle, the inner layer's behind an outer one.
+3. an edge that lay wholly on one side of the triangle's plane when the
+   last call ended (x0: the step before) goes back to that side, the end
+   that changed sides moving: a crossing the step just made is undone.
+   Otherwise the crossing edge's end in a small region is pushed to the
+   side of the other end; where both ends are in large regions (a contour
+   that runs off the cloth's border, a fold's crossing) the end nearer the
+   triangle's plane moves (every other pass the triangle alone moves past
+   it instead). The mover goes past the triangle by half a thickness, the
+   triangle's corners the opposite way (inverse-mass weighted, one crossing
+   after the other). Between two layered regions the layer order decides a
+   shallow crossing first: the outer layer's end goes to the front of an
+   inner triangle, the inner layer's behind an outer one.
 
 The passes repeat, finding the crossings again, until none are left or the
 pass limit is reached; a region that went through is pushed back one ring
@@ -180,7 +186,17 @@ def cut_regions(n, edges, cut, piece, piece_size, region_of, small):
 
 
 @njit(cache=True)
-def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, ce, ct, count, small,
+def _side_before(x0, v, a, b, c):
+    """Which side of triangle a, b, c's plane vertex v was on in x0."""
+    e1x, e1y, e1z = x0[0, b] - x0[0, a], x0[1, b] - x0[1, a], x0[2, b] - x0[2, a]
+    e2x, e2y, e2z = x0[0, c] - x0[0, a], x0[1, c] - x0[1, a], x0[2, c] - x0[2, a]
+    nx, ny, nz = e1y * e2z - e1z * e2y, e1z * e2x - e1x * e2z, e1x * e2y - e1y * e2x
+    d = (x0[0, v] - x0[0, a]) * nx + (x0[1, v] - x0[1, a]) * ny + (x0[2, v] - x0[2, a]) * nz
+    return 1 if d > 0.0 else (-1 if d < 0.0 else 0)
+
+
+@njit(cache=True)
+def push_crossings(x, x0, known, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, ce, ct, count, small,
                    acc, odd):
     """One pass of pushes over the crossings (see the module doc)."""
     for k in range(count):
@@ -216,8 +232,17 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
                     mover, side = u, want
                 else:
                     mover, side = v, want
+        # The last step's end (crossing-free where the recovery kept up): an
+        # edge wholly on one side of the triangle's plane then, crossing it
+        # now, goes back to that side; the end that changed sides moves.
+        su0, sv0 = 0, 0
+        if known[u] and known[v] and known[a] and known[b] and known[c]:
+            su0, sv0 = _side_before(x0, u, a, b, c), _side_before(x0, v, a, b, c)
         if layered:
             pass
+        elif su0 != 0 and su0 == sv0:
+            side = np.float32(su0)
+            mover = u if du * side < 0.0 else v
         elif small[u] and not small[v]:
             mover, side = u, (np.float32(1.0) if dv > 0.0 else np.float32(-1.0))
         elif small[v] and not small[u]:
@@ -273,7 +298,7 @@ def push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, t
 
 
 @njit(cache=True)
-def untangle(x, inv_mass, tri, edges, tri_edges, tri_region, vertex_region, layers, thickness, piece, piece_size, active,
+def untangle(x, x0, known, inv_mass, tri, edges, tri_edges, tri_region, vertex_region, layers, thickness, piece, piece_size, active,
              cell, passes, out_edge, out_tri, acc):
     """Up to `passes` rounds of find, cut, push; returns (crossings found
     in the first round, crossings left after the last push found by a last
@@ -315,6 +340,6 @@ def untangle(x, inv_mass, tri, edges, tri_edges, tri_region, vertex_region, laye
             for j in range(3):
                 cut[tri_edges[t, j]] = 1
         cut_regions(n, edges, cut, piece, piece_size, region_of, small)
-        push_crossings(x, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, out_edge, out_tri,
+        push_crossings(x, x0, known, inv_mass, tri, edges, tri_region, vertex_region, layers, thickness, out_edge, out_tri,
                        count, small, acc, (i & 1) == 1)
     return first, -1

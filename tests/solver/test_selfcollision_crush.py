@@ -140,20 +140,17 @@ def crushed_pile(n, substeps, iterations, recover=True, frames=150, squeeze_fram
     return counts, float(p[:, 2].max())
 
 
-def assert_recovers(counts):
-    """0 at the end, and no run of frames with crossings lasting a second."""
-    assert counts[-1] == 0, counts
-    run = 0
-    for c in counts:
-        run = run + 1 if c else 0
-        assert run < 60, counts
+def assert_recovers(counts, still_from):
+    """No crossings from frame still_from on (the walls stopped a few
+    frames before): what the crushing made is undone."""
+    assert max(counts[still_from:]) == 0, counts
 
 
 @pytest.mark.slow
 def test_crushed_32_sheet_ends_without_intersections():
     counts, top = crushed_pile(32, 8, 2)
     assert top > 0.05, "it did not pile up"
-    assert_recovers(counts)
+    assert_recovers(counts, 130)
 
 
 @pytest.mark.slow
@@ -173,11 +170,11 @@ def test_crushed_32_sheet_tangles_without_recovery():
 def test_crushed_sheets_end_without_intersections(n, substeps, iterations):
     counts, top = crushed_pile(n, substeps, iterations)
     assert top > 0.05, "it did not pile up"
-    assert_recovers(counts)
+    assert_recovers(counts, 130)
 
 
 @pytest.mark.slow
 def test_crushed_faster_ends_without_intersections():
     # The same squeeze in a quarter of the time (0.7 m/s walls).
     counts, top = crushed_pile(48, 8, 2, frames=90, squeeze_frames=30)
-    assert_recovers(counts)
+    assert_recovers(counts, 70)
