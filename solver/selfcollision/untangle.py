@@ -70,6 +70,9 @@ def _crosses(x, p, q, a, b, c):
     return (s1 > 0.0 and s2 > 0.0 and s3 > 0.0) or (s1 < 0.0 and s2 < 0.0 and s3 < 0.0)
 
 
+_MAX_CELLS = 64
+
+
 @njit(cache=True)
 def _cell_hash(ix, iy, iz, nb):
     h = (ix * np.int64(73856093)) ^ (iy * np.int64(19349663)) ^ (iz * np.int64(83492791))
@@ -94,6 +97,10 @@ def find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri):
     bucket_count = np.zeros(nb + 1, np.int64)
     lo = np.empty((nt, 3), np.int64)
     hi = np.empty((nt, 3), np.int64)
+    # Triangles over more than _MAX_CELLS cells (stretched far) stay out of
+    # the table and are tested against every edge.
+    big = np.empty(nt, np.int32)
+    n_big = 0
     blo = np.empty((nt, 3), np.float32)
     bhi = np.empty((nt, 3), np.float32)
     for t in range(nt):
@@ -105,6 +112,10 @@ def find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri):
             bhi[t, k] = max(v0, max(v1, v2))
             lo[t, k] = np.int64(np.floor(blo[t, k] * inv))
             hi[t, k] = np.int64(np.floor(bhi[t, k] * inv))
+        if _span(lo, hi, t) > _MAX_CELLS:
+            big[n_big] = t
+            n_big += 1
+            continue
         for ix in range(lo[t, 0], hi[t, 0] + 1):
             for iy in range(lo[t, 1], hi[t, 1] + 1):
                 for iz in range(lo[t, 2], hi[t, 2] + 1):
@@ -114,7 +125,7 @@ def find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri):
     entries = np.empty(bucket_count[nb], np.int32)
     fill = bucket_count[:nb].copy()
     for t in range(nt):
-        if not tri_on[t]:
+        if not tri_on[t] or _span(lo, hi, t) > _MAX_CELLS:
             continue
         for ix in range(lo[t, 0], hi[t, 0] + 1):
             for iy in range(lo[t, 1], hi[t, 1] + 1):
@@ -124,7 +135,6 @@ def find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri):
                     fill[h] += 1
     stamp = np.full(nt, -1, np.int64)
     count = 0
-    cap = out_edge.shape[0]
     for e in range(edges.shape[0]):
         if not edge_on[e]:
             continue
@@ -134,27 +144,51 @@ def find_crossings(x, tri, edges, tri_on, edge_on, cell, out_edge, out_tri):
         flo2, fhi2 = min(x[2, p], x[2, q]), max(x[2, p], x[2, q])
         elo = (np.int64(np.floor(flo0 * inv)), np.int64(np.floor(flo1 * inv)), np.int64(np.floor(flo2 * inv)))
         ehi = (np.int64(np.floor(fhi0 * inv)), np.int64(np.floor(fhi1 * inv)), np.int64(np.floor(fhi2 * inv)))
+        cells = (ehi[0] - elo[0] + 1) * (ehi[1] - elo[1] + 1) * (ehi[2] - elo[2] + 1)
+        if cells > _MAX_CELLS:
+            # A long edge: every triangle.
+            for t in range(nt):
+                if tri_on[t]:
+                    count = _test(x, tri, e, p, q, t, blo, bhi, flo0, fhi0, flo1, fhi1, flo2, fhi2, stamp, count,
+                                  out_edge, out_tri)
+            continue
+        for j in range(n_big):
+            count = _test(x, tri, e, p, q, big[j], blo, bhi, flo0, fhi0, flo1, fhi1, flo2, fhi2, stamp, count,
+                          out_edge, out_tri)
         for ix in range(elo[0], ehi[0] + 1):
             for iy in range(elo[1], ehi[1] + 1):
                 for iz in range(elo[2], ehi[2] + 1):
                     h = _cell_hash(ix, iy, iz, nb)
                     for s in range(bucket_count[h], bucket_count[h + 1]):
-                        t = entries[s]
-                        if stamp[t] == e:
-                            continue
-                        stamp[t] = e
-                        if (fhi0 < blo[t, 0] or flo0 > bhi[t, 0] or fhi1 < blo[t, 1] or flo1 > bhi[t, 1]
-                                or fhi2 < blo[t, 2] or flo2 > bhi[t, 2]):
-                            continue
-                        a, b, c = tri[t, 0], tri[t, 1], tri[t, 2]
-                        if p == a or p == b or p == c or q == a or q == b or q == c:
-                            continue
-                        if _crosses(x, p, q, a, b, c):
-                            if count < cap:
-                                out_edge[count] = e
-                                out_tri[count] = t
-                            count += 1
+                        count = _test(x, tri, e, p, q, entries[s], blo, bhi, flo0, fhi0, flo1, fhi1, flo2, fhi2,
+                                      stamp, count, out_edge, out_tri)
     return count
+
+
+@njit(cache=True)
+def _test(x, tri, e, p, q, t, blo, bhi, flo0, fhi0, flo1, fhi1, flo2, fhi2, stamp, count, out_edge, out_tri):
+    """Edge e = p-q against triangle t once per edge (stamp); returns the
+    crossing count, the pair written while there is room."""
+    if stamp[t] == e:
+        return count
+    stamp[t] = e
+    if (fhi0 < blo[t, 0] or flo0 > bhi[t, 0] or fhi1 < blo[t, 1] or flo1 > bhi[t, 1]
+            or fhi2 < blo[t, 2] or flo2 > bhi[t, 2]):
+        return count
+    a, b, c = tri[t, 0], tri[t, 1], tri[t, 2]
+    if p == a or p == b or p == c or q == a or q == b or q == c:
+        return count
+    if _crosses(x, p, q, a, b, c):
+        if count < out_edge.shape[0]:
+            out_edge[count] = e
+            out_tri[count] = t
+        count += 1
+    return count
+
+
+@njit(cache=True)
+def _span(lo, hi, t):
+    return (hi[t, 0] - lo[t, 0] + 1) * (hi[t, 1] - lo[t, 1] + 1) * (hi[t, 2] - lo[t, 2] + 1)
 
 
 @njit(cache=True)
