@@ -141,8 +141,8 @@ def crushed_pile(n, substeps, iterations, recover=True, frames=150, squeeze_fram
 
 
 def assert_recovers(counts, still_from):
-    """No crossings from frame still_from on (the walls stopped a few
-    frames before): what the crushing made is undone."""
+    """No crossings from frame still_from on (the walls stopped a quarter
+    of a second before): what the crushing made is undone."""
     assert max(counts[still_from:]) == 0, counts
 
 
@@ -150,7 +150,7 @@ def assert_recovers(counts, still_from):
 def test_crushed_32_sheet_ends_without_intersections():
     counts, top = crushed_pile(32, 8, 2)
     assert top > 0.05, "it did not pile up"
-    assert_recovers(counts, 130)
+    assert_recovers(counts, 135)
 
 
 @pytest.mark.slow
@@ -170,11 +170,11 @@ def test_crushed_32_sheet_tangles_without_recovery():
 def test_crushed_sheets_end_without_intersections(n, substeps, iterations):
     counts, top = crushed_pile(n, substeps, iterations)
     assert top > 0.05, "it did not pile up"
-    assert_recovers(counts, 130)
+    assert_recovers(counts, 135)
 
 
 @pytest.mark.slow
 def test_crushed_faster_ends_without_intersections():
     # The same squeeze in a quarter of the time (0.7 m/s walls).
     counts, top = crushed_pile(48, 8, 2, frames=90, squeeze_frames=30)
-    assert_recovers(counts, 70)
+    assert_recovers(counts, 75)
