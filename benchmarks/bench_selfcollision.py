@@ -221,7 +221,8 @@ def scenario_row(scene, run, frames, every):
             counts.append(intersecting_pairs(state.positions.T, sc.triangles))
     emit(scene=scene, vertices=model.n, substeps=int(params.substeps), iterations=int(params.iterations), threads=1,
          recover=bool(sc.recover), ms_per_step_median=round(float(np.median(ms)), 3),
-         ms_per_step_p90=round(float(np.percentile(ms, 90)), 3), untangle_ms_median=round(float(np.median(untangle)), 3),
+         ms_per_step_p90=round(float(np.percentile(ms, 90)), 3),
+         untangle_ms_median=round(float(np.median(untangle)), 3),
          crossing_pairs_max=int(max(counts)), crossing_pairs_end=int(counts[-1]),
          frames_with_crossings=int(sum(c > 0 for c in counts)), frames_checked=len(counts))
 

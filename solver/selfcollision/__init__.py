@@ -610,7 +610,6 @@ class SelfCollision:
         cap = max(256, len(self.triangles))
         self._cross_edge = np.empty(cap, np.int32)
         self._cross_tri = np.empty(cap, np.int32)
-        self._untangle_acc = np.zeros(4 * n, np.float32)
         self._all_active = np.ones(n, np.uint8)
         self.recover = True
         self.untangle_passes = 6
@@ -653,9 +652,9 @@ class SelfCollision:
         before = self._untangled
         while True:
             found, left = _untangle(pos, before, self._known, self.inv_mass, self.triangles, self.edges,
-                                    self.tri_edges, self.tri_region, self._vertex_region, self.layers, self.thickness, self._piece, self._piece_size,
-                                    active, self._cell, passes, self._cross_edge, self._cross_tri,
-                                    self._untangle_acc)
+                                    self.tri_edges, self.tri_region, self._vertex_region, self.layers, self.thickness,
+                                    self._piece, self._piece_size, active, self._cell, passes, self._cross_edge,
+                                    self._cross_tri)
             if found <= len(self._cross_edge):
                 break
             # More crossings than room: grow (the pass that overflowed pushed
