@@ -12,6 +12,14 @@ Cases (1 numba thread, 60 Hz steps, medians over the measured steps):
   also count intersecting triangle pairs between the two layers (exact
   test, benchmarks/quality.py) every other frame over the first 120
   frames: what the cost buys.
+- crushed_pile_N (an N x N 1 m sheet on the ground, crushed sideways
+  between two wall planes to a third of its width over 2 s, 8 substeps, 2
+  iterations) and swung_layers (the layered scene with live detection),
+  each with the intersection recovery (SelfCollision.recover) on and off:
+  ms per step and the intersecting triangle pairs (exact test, every frame
+  of the crushed pile, every other frame of the layers): the largest count
+  in a frame and the count at the end.
+`bench_selfcollision.py crushed` or `... layers` runs only those rows.
 The machine may be shared: figures are noisy. Each ratio row steps the scene
 with and without self collision in lockstep (run_paired), so both see the same
 moments of the machine; each pair alone (a third scene between them changes
@@ -29,9 +37,9 @@ import numba
 import numpy as np
 
 from common import HostProbe, emit, hanging_sheet, log, quiet_median, swinging_capsule
-from quality import crossings_between
+from quality import crossings_between, intersecting_pairs
 
-from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
+from drape.solver import Capsules, ClothParams, Planes, StepInputs, build_model, step, vertex_masses
 from drape.solver.selfcollision import SelfCollision, merge_meshes
 
 DT = 1.0 / 60.0
@@ -173,8 +181,67 @@ def layer_crossings(run, frames=120, every=2):
     return max(counts), sum(c > 0 for c in counts), len(counts)
 
 
+def crushed_run(n, recover, substeps=8, iterations=2):
+    """(model, state, inputs_at, params, sc) of the crushed pile."""
+    xs = np.linspace(-0.5, 0.5, n + 1)
+    x, y = np.meshgrid(xs, xs)
+    rest = np.stack([x.ravel(), y.ravel(), np.full(x.size, 0.01)], axis=1)
+    idx = np.arange((n + 1) ** 2).reshape(n + 1, n + 1)
+    fi = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], axis=-1).ravel()
+    fs = np.full(n * n, 4)
+    params = ClothParams(substeps=substeps, iterations=iterations)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest), np.float32), params)
+    sc = SelfCollision.from_model(model, thickness=0.006)
+    sc.recover = recover
+    model.self_collision = sc
+    state = model.new_state(rest + np.random.default_rng(1).normal(0, 0.001, rest.shape) * [0, 0, 1])
+
+    def wall(f):
+        return 0.52 - min(f / 120.0, 1.0) * (0.52 - 0.17)
+
+    def inputs_at(f):
+        a, b = wall(f), wall(f + 1)
+        normals = [[0, 0, 1], [1, 0, 0], [-1, 0, 0]]
+        return StepInputs(planes=Planes(point0=[[0, 0, 0], [-a, 0, 0], [a, 0, 0]], normal0=normals,
+                                        point1=[[0, 0, 0], [-b, 0, 0], [b, 0, 0]], normal1=normals))
+    return model, state, inputs_at, params, sc
+
+
+def scenario_row(scene, run, frames, every):
+    """Step a run `frames` frames, counting intersecting triangle pairs every
+    `every` frames; emit ms per step (thread CPU, median) and the counts."""
+    model, state, inputs_at, params, sc = run
+    ms, counts, untangle = [], [], []
+    for i in range(frames):
+        t = time.thread_time()
+        step(model, state, inputs_at(i), DT, params)
+        ms.append((time.thread_time() - t) * 1e3)
+        untangle.append(sc.untangle_ms if sc.recover else 0.0)
+        if i % every == every - 1:
+            counts.append(intersecting_pairs(state.positions.T, sc.triangles))
+    emit(scene=scene, vertices=model.n, substeps=int(params.substeps), iterations=int(params.iterations), threads=1,
+         recover=bool(sc.recover), ms_per_step_median=round(float(np.median(ms)), 3),
+         ms_per_step_p90=round(float(np.percentile(ms, 90)), 3),
+         untangle_ms_median=round(float(np.median(untangle)), 3),
+         crossing_pairs_max=int(max(counts)), crossing_pairs_end=int(counts[-1]),
+         frames_with_crossings=int(sum(c > 0 for c in counts)), frames_checked=len(counts))
+
+
+def scenario_rows():
+    for n in (32, 64):
+        for recover in (False, True):
+            scenario_row(f"crushed_pile_{n}", crushed_run(n, recover), 150, 1)
+    for recover in (False, True):
+        run = layered_run(False, live=True)
+        run[4].recover = recover
+        scenario_row("swung_layers", run, 120, 2)
+
+
 def main():
     numba.set_num_threads(1)
+    if sys.argv[1:] in (["crushed"], ["layers"]):
+        scenario_rows()
+        return 0
     log("compiling (first run fills numba's cache)...")
     hanging(8, 2, "patch", warm=2, steps=2)
     hanging(8, 2, "grid", warm=2, steps=2)
@@ -202,6 +269,7 @@ def main():
          target_ratio=3.0)
 
     layered_rows()
+    scenario_rows()
     return 0
 
 

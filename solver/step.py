@@ -223,6 +223,11 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,
                   model.soft_lam, model.surface.arrays(), self_contacts, boxes, box_scr, meshes)
+    if sc is not None and sc.recover and not bad:
+        # Edges the step left through triangles are pushed back out
+        # (selfcollision.untangle), so the next step's contacts start from
+        # the right sides.
+        sc.untangle(pos)
     if targets is not None:
         state.pin_targets[:] = targets
     if bad:

@@ -29,6 +29,14 @@ One `SelfCollision` per model. The step calls it twice:
   not depend on thread count or order. Friction (Coulomb, position level)
   uses the motion since ``prev_pos``.
 
+- ``untangle(pos)`` once at step end while ``recover`` is set (the
+  default): edges the step left through triangles are pushed back out, each
+  to a consistent side (untangle.py: the part a closed intersection contour
+  cuts off goes back, the layer order decides between layers), where this
+  step's contacts are (``untangle_everywhere`` for the whole cloth). Frozen
+  contacts keep a vertex on the side it started the step on, so without
+  this a vertex that once went through stays through.
+
 Exactly once: each triangle pair is visited once (canonical A < B, and, in
 the grid, only in the lowest cell both boxes overlap). A feature pair (a
 vertex and a triangle, two edges, two points) is met from every pair of
@@ -68,8 +76,8 @@ to 28 cm and contacts cached at rest let them cross from frame 11 on.
 The package, in the order a step runs it: topology.py (built once per
 model: two rings, components, patches), broad.py (the broad phase),
 narrow.py (contact generation), solve.py (the Jacobi solve), cache.py
-(cached contacts' fans); beside them constants.py (kinds, modes, limits,
-kernel options), records.py (the named records the kernels take) and
+(cached contacts' fans), untangle.py (intersection recovery); beside them
+constants.py (kinds, modes, limits, kernel options), records.py (the named records the kernels take) and
 geometry.py (closest points, frames). This module holds SelfCollision,
 which drives them.
 """
@@ -85,6 +93,7 @@ from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, 
                         MODE_POINT_POINT)
 from .records import Contacts, Mesh, Patches, Regions
 from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
+from .untangle import untangle as _untangle
 from .topology import build_patches, patch_far_pairs, patch_vertices, triangle_components, triangle_rings
 
 try:  # the core's error type when it is there
@@ -257,6 +266,7 @@ class SelfCollision:
         self.solve_ms = 0.0
         self.candidates = 0
         self.narrow_pairs = 0
+        self._build_untangle()
 
     @classmethod
     def from_model(cls, model, **kwargs):
@@ -570,6 +580,94 @@ class SelfCollision:
 
     def clear_cache(self):
         self.cached = False
+
+    # ------------------------------------------------------------ recovery
+
+    def _build_untangle(self):
+        """What untangle() keeps: each vertex's piece (connected mesh) and
+        its size, the hash grid's cell (the mean rest edge), scratch."""
+        n = self.n
+        parent = np.arange(n, dtype=np.int64)
+        e = self.edges
+        if len(e):
+            # Connected pieces by repeated label propagation over the edges.
+            lab = np.arange(n, dtype=np.int64)
+            while True:
+                m = np.minimum(lab[e[:, 0]], lab[e[:, 1]])
+                new = lab.copy()
+                np.minimum.at(new, e[:, 0], m)
+                np.minimum.at(new, e[:, 1], m)
+                new = new[new]
+                if np.array_equal(new, lab):
+                    break
+                lab = new
+            parent = lab
+        self._piece = np.ascontiguousarray(parent)
+        self._piece_size = np.bincount(parent, minlength=n).astype(np.int64)
+        lengths = np.linalg.norm(self.rest[e[:, 0]] - self.rest[e[:, 1]], axis=1) if len(e) else np.ones(1)
+        self._cell = np.float32(max(1.0 * float(lengths.mean()), 1e-6))
+        self._vertex_region = self.region
+        cap = max(256, len(self.triangles))
+        self._cross_edge = np.empty(cap, np.int32)
+        self._cross_tri = np.empty(cap, np.int32)
+        self._all_active = np.ones(n, np.uint8)
+        self.recover = True
+        self.untangle_passes = 6
+        self.untangle_everywhere = False
+        self._untangled = None
+        self._known = np.zeros(n, np.uint8)   # 1: _untangled holds the last call's end
+        self.crossings_found = 0
+        self.crossings_left = 0
+        self.untangle_ms = 0.0
+
+    def untangle(self, pos, everywhere=None, passes=None):
+        """Push the edges that pass through triangles back out (untangle.py):
+        pos (3, n) float32 in place. Only where this step's contacts are
+        (the cloth near itself), or everywhere (everywhere=True, or the
+        attribute untangle_everywhere). Returns the crossings found in the
+        first pass; crossings_left is what the last pass left (-1: not
+        counted after the last push)."""
+        t0 = time.perf_counter()
+        everywhere = self.untangle_everywhere if everywhere is None else everywhere
+        if everywhere:
+            active = self._all_active
+        else:
+            if self.count == 0:
+                self.crossings_found = self.crossings_left = 0
+                self._untangled = None
+                self.untangle_ms = (time.perf_counter() - t0) * 1e3
+                return 0
+            active = np.zeros(self.n, np.uint8)
+            v = self.contact_vertex
+            active[v[:, 0]] = 1
+            active[v[:, 1]] = 1
+            full = self.contact_kind != KIND_POINT_POINT
+            active[v[full, 2]] = 1
+            active[v[full, 3]] = 1
+        passes = self.untangle_passes if passes is None else int(passes)
+        # The cloth as the last call left it (the sides edges came from).
+        if self._untangled is None:
+            self._untangled = pos.copy()
+            self._known[:] = 0
+        before = self._untangled
+        while True:
+            found, left = _untangle(pos, before, self._known, self.inv_mass, self.triangles, self.edges,
+                                    self.tri_edges, self.tri_region, self._vertex_region, self.layers, self.thickness,
+                                    self._piece, self._piece_size, active, self._cell, passes, self._cross_edge,
+                                    self._cross_tri)
+            if found <= len(self._cross_edge):
+                break
+            # More crossings than room: grow (the pass that overflowed pushed
+            # only those that fit) and go on.
+            self._cross_edge = np.empty(int(found * 1.5), np.int32)
+            self._cross_tri = np.empty(int(found * 1.5), np.int32)
+        self.crossings_found = int(found)
+        self.crossings_left = int(left)
+        # The sides the next call's new crossings go back to.
+        self._untangled[:] = pos
+        self._known[:] = 1
+        self.untangle_ms = (time.perf_counter() - t0) * 1e3
+        return int(found)
 
     def solve_args(self):
         """The arguments after (pos, prev_pos) of
