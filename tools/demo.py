@@ -375,7 +375,7 @@ def _grid_quads(alive):
     return remap[quads], used
 
 
-def add_sewn_skirt(rig, name="Skirt", length=0.55, waist=1.32, hem=2.3, spacing=0.02, offset=0.19,
+def add_sewn_skirt(rig, name="Skirt", length=0.55, waist=1.5, hem=2.3, spacing=0.02, offset=0.19,
                    color=(0.15, 0.3, 0.55)):
     """A skirt sewn from two flat trapezoid panels (front and back, one mesh)
     hanging `offset` in front of and behind the hips, their side edges joined
