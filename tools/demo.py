@@ -7,9 +7,13 @@ Builds a scene from real parts with bpy, the way an artist's script would:
 - capsule colliders made from its bones by ``drape.capsules_from_armature``;
 - a cape pinned at the collar, following the chest through an Armature
   modifier, simulated on a coarse proxy and skinned onto the dense render mesh;
-- a skirt and a shorter overskirt over it, each with self collision, colliding
-  with each other as one cloth-cloth group, the overskirt ordered outside
-  (see main());
+- a T-shirt and a skirt sewn from flat panels modelled beside the body
+  (front and back, one mesh each, joined by loose edges): Garment > Sewing
+  closes their seams around the body while the character stands, arms
+  raised, over the first frames (see dress_sewn());
+- with --layered-skirts, instead of the sewn skirt, a skirt and a shorter
+  overskirt over it, each with self collision, colliding with each other as
+  one cloth-cloth group, the overskirt ordered outside (see main());
 - a flag on a pole in a Wind force field;
 - a tablecloth dropped onto a table (a box collider fitted to its top and one
   to each leg by ``drape.collider_add``) and the ground (a plane collider);
@@ -18,9 +22,10 @@ then bakes every cloth with ``drape.bake`` (shape keys, PC2 and Alembic, one
 target per object), saves ``out/demo.blend``, renders a short frame sequence
 with Workbench to ``out/frames/`` and a contact sheet to ``out/demo.png`` (two
 rows of the wide shot, one row of close-ups from a camera riding with the
-character), and prints a table of what was simulated and what it cost.
+character), and prints a table of what was simulated and what it cost, and
+the quality of the last frame (strain, penetration, crossings, seam gaps).
 
-    .venv/bin/python tools/demo.py [--frames 72] [--out out] [--no-render]
+    .venv/bin/python tools/demo.py [--frames 72] [--out out] [--no-render] [--layered-skirts]
 """
 
 import argparse
@@ -37,13 +42,29 @@ FPS = 24
 # Bones that carry the body mesh and the colliders, with a body radius (m) at head and tail.
 BODY_BONES = {
     "spine": (0.15, 0.14), "spine.001": (0.14, 0.13), "spine.002": (0.13, 0.14),
-    "spine.003": (0.14, 0.12), "spine.004": (0.06, 0.05), "spine.005": (0.05, 0.05),
+    "spine.003": (0.14, 0.10), "spine.004": (0.06, 0.05), "spine.005": (0.05, 0.05),
     "spine.006": (0.09, 0.09),
+    "shoulder.L": (0.05, 0.055), "shoulder.R": (0.05, 0.055),
     "upper_arm.L": (0.055, 0.045), "forearm.L": (0.045, 0.035), "hand.L": (0.035, 0.03),
     "upper_arm.R": (0.055, 0.045), "forearm.R": (0.045, 0.035), "hand.R": (0.035, 0.03),
     "thigh.L": (0.085, 0.06), "shin.L": (0.055, 0.045), "foot.L": (0.045, 0.035),
     "thigh.R": (0.085, 0.06), "shin.R": (0.055, 0.045), "foot.R": (0.045, 0.035),
 }
+
+
+# Frames the character stands still at the start while the sewn garments'
+# seams close around it; then it starts walking.
+DRESS_FRAMES = 12
+# The arms' lowering from the metarig's rest pose (degrees): ARMS_DOWN[2] until
+# frame ARMS_DOWN[0], eased to ARMS_DOWN[3] at frame ARMS_DOWN[1].
+ARMS_DOWN = (6, 20, 12.0, 28.0)
+# The sewn T-shirt's gravity is off until this frame (its seams close), then
+# eased on over four frames.
+SHIRT_GRAVITY_FRAME = 10
+# Max sewing force (N a stitch): on panels meshed every 2 cm a stitch moves
+# little more than its own vertex, so a few hundredths of a newton close a
+# seam in a few frames without throwing the panels through the body.
+SEWING_FORCE = 0.2
 
 
 def log(msg):
@@ -141,9 +162,19 @@ def _rot(axis, degrees):
     return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
 
 
-def walk_path(frames, speed=1.3, turn_start=30, turn_frames=24):
-    """Root position and heading per frame: walk towards -Y, then turn 90 degrees
-    left (towards +X) along an arc."""
+def _smoothstep(t):
+    t = min(max(t, 0.0), 1.0)
+    return t * t * (3.0 - 2.0 * t)
+
+
+def _walking(f):
+    """0 while the character stands to be dressed, easing to 1 over eight frames."""
+    return _smoothstep((f - DRESS_FRAMES) / 8.0)
+
+
+def walk_path(frames, speed=1.3, turn_start=DRESS_FRAMES + 26, turn_frames=24):
+    """Root position and heading per frame: stand, walk towards -Y, then turn
+    90 degrees left (towards +X) along an arc."""
     pos = np.zeros((frames + 2, 3))
     heading = np.zeros(frames + 2)
     p = np.array([0.0, 1.6, 0.0])
@@ -154,25 +185,31 @@ def walk_path(frames, speed=1.3, turn_start=30, turn_frames=24):
         if turn_start <= f < turn_start + turn_frames:
             h += math.radians(90.0) / turn_frames
         d = np.array([math.sin(h), -math.cos(h), 0.0])   # facing -Y at h = 0, turning to +X
-        p = p + d * speed / FPS
+        p = p + d * speed * _walking(f) / FPS
     return pos, heading
 
 
 def animate_walk(rig, frames, cycle_frames=26):
-    """Keyframe a walk: legs and arms swing in opposition, knees and elbows bend,
-    the chest counter-rotates, the root follows walk_path with a small bob."""
+    """Keyframe a walk: the character stands for DRESS_FRAMES, then legs and
+    arms swing in opposition, knees and elbows bend, the chest counter-rotates,
+    the root follows walk_path with a small bob."""
     pos, heading = walk_path(frames)
     for pb in rig.pose.bones:
         pb.rotation_mode = "QUATERNION"
-    arm_down = {"L": _rot("Y", 58.0), "R": _rot("Y", -58.0)}
     for f in range(1, frames + 2):
-        ph = 2.0 * math.pi * (f - 1) / cycle_frames
-        s = math.sin(ph)
+        ph = 2.0 * math.pi * max(f - DRESS_FRAMES, 0) / cycle_frames
+        amp = _walking(f)
+        s = amp * math.sin(ph)
+        # The arms start raised (the pose the sewn T-shirt's sleeves are cut
+        # for, so its seams close around them) and come down while it settles.
+        t = _smoothstep((f - ARMS_DOWN[0]) / (ARMS_DOWN[1] - ARMS_DOWN[0]))
+        down = ARMS_DOWN[2] + (ARMS_DOWN[3] - ARMS_DOWN[2]) * t
+        arm_down = {"L": _rot("Y", down), "R": _rot("Y", -down)}
         pose = {
             "thigh.L": _rot("X", -28.0 * s),
             "thigh.R": _rot("X", 28.0 * s),
-            "shin.L": _rot("X", 8.0 + 38.0 * max(0.0, math.sin(ph - 1.3))),
-            "shin.R": _rot("X", 8.0 + 38.0 * max(0.0, -math.sin(ph - 1.3))),
+            "shin.L": _rot("X", 8.0 + 38.0 * amp * max(0.0, math.sin(ph - 1.3))),
+            "shin.R": _rot("X", 8.0 + 38.0 * amp * max(0.0, -math.sin(ph - 1.3))),
             "foot.L": _rot("X", -10.0 * s),
             "foot.R": _rot("X", 10.0 * s),
             "upper_arm.L": _rot("X", 24.0 * s) @ arm_down["L"],
@@ -186,7 +223,7 @@ def animate_walk(rig, frames, cycle_frames=26):
             pb = rig.pose.bones[name]
             pb.rotation_quaternion = _basis_quaternion(rig, name, rot)
             pb.keyframe_insert("rotation_quaternion", frame=f)
-        bob = 0.025 * abs(math.cos(ph))
+        bob = 0.025 * (1.0 - amp + amp * abs(math.cos(ph)))
         rig.location = (pos[f][0], pos[f][1], pos[f][2] - bob)
         rig.rotation_euler = (0.0, 0.0, heading[f])
         rig.keyframe_insert("location", frame=f)
@@ -304,6 +341,144 @@ def add_skirt(rig, name="Skirt", around=64, down=22, length=0.55, r_top=0.19, r_
     for p in obj.data.polygons:
         p.use_smooth = True
     return obj
+
+
+def sewn_mesh(name, panel_co, quads, seam):
+    """A mesh of two copies of one flat panel: `panel_co` (2n, 3) holds the
+    front copy's n positions, then the back copy's; `quads` are one copy's.
+    Sewn along the panel's `seam` vertices: one loose edge from each front
+    vertex to the same vertex of the back, as drape.sew_edge_loops writes
+    them for two loops of equal counts."""
+    import bpy
+    n = len(panel_co) // 2
+    faces = np.concatenate([quads, quads + n])
+    seam = np.asarray(seam, np.int64)
+    edges = np.stack([seam, seam + n], axis=1)
+    me = bpy.data.meshes.new(name)
+    me.from_pydata([tuple(map(float, c)) for c in panel_co], [tuple(map(int, e)) for e in edges],
+                   [tuple(map(int, q)) for q in faces])
+    me.update()
+    return me
+
+
+def _grid_quads(alive):
+    """Quads (i, j)-(i+1, j)-(i+1, j+1)-(i, j+1) of a (rows, cols) vertex grid
+    where `alive(j, i)` says the quad with corner (j, i) exists; returns the
+    quads in compact vertex numbering and the grid index of each vertex."""
+    rows, cols = alive.shape[0] + 1, alive.shape[1] + 1
+    jj, ii = np.nonzero(alive)
+    v0 = jj * cols + ii
+    quads = np.stack([v0, v0 + 1, v0 + cols + 1, v0 + cols], axis=1)
+    used = np.unique(quads)
+    remap = np.full(rows * cols, -1, np.int64)
+    remap[used] = np.arange(len(used))
+    return remap[quads], used
+
+
+def add_sewn_skirt(rig, name="Skirt", length=0.55, waist=1.5, hem=2.3, spacing=0.02, offset=0.19,
+                   color=(0.15, 0.3, 0.55)):
+    """A skirt sewn from two flat trapezoid panels (front and back, one mesh)
+    hanging `offset` in front of and behind the hips, their side edges joined
+    by loose edges (the seams; Garment > Sewing closes them around the body).
+    `waist` and `hem` are the skirt's circumferences. The middle of each
+    panel's waist is the pin group 'waist', following the hips through an
+    Armature modifier."""
+    hips = rig.data.bones["spine"]
+    z_top = hips.head_local.z + 0.02
+    yc = hips.head_local.y - 0.005
+    cols = int(round(hem / 2 / spacing))
+    rows = int(round(length / spacing))
+    jj, ii = np.meshgrid(np.arange(rows + 1), np.arange(cols + 1), indexing="ij")
+    t = jj / rows
+    width = waist / 2 + (hem - waist) / 2 * t
+    x = (ii / cols - 0.5) * width
+    z = z_top - length * t
+    panel = np.stack([x.ravel(), np.zeros(x.size), z.ravel()], axis=1)
+    quads, used = _grid_quads(np.ones((rows, cols), bool))
+    panel = panel[used]
+    front = panel + (0.0, yc - offset, 0.0)
+    back = panel + (0.0, yc + offset, 0.0)
+    ii, jj = ii.ravel()[used], jj.ravel()[used]
+    seam = np.nonzero((ii == 0) | (ii == cols))[0]
+    me = sewn_mesh(name, np.concatenate([front, back]), quads, seam)
+    obj = new_object(name, me)
+    n = len(panel)
+    waist_pins = np.nonzero((jj == 0) & (np.abs(panel[:, 0]) <= 0.07))[0]
+    set_group(obj, "waist", np.concatenate([waist_pins, waist_pins + n]))
+    bind_to_bone(obj, rig, "spine")
+    obj.parent = rig
+    obj.data.materials.append(material(name, color))
+    for p in obj.data.polygons:
+        p.use_smooth = True
+    return obj
+
+
+def add_tshirt(rig, name="TShirt", half_width=0.26, hem=1.10, top=1.74, sleeve=0.18, neck=0.12,
+               spacing=0.02, offset=0.17, blend=0.08, color=(0.85, 0.85, 0.8)):
+    """A T-shirt sewn from two flat T-shaped panels (front and back, one
+    mesh) `offset` in front of and behind the chest: a body `half_width` wide
+    each side from the hem (z) to the top, sleeves `sleeve` long turned down
+    along the upper arms of the frame-1 pose (the turn blended over `blend`
+    from the armpit, so the shoulder slopes). Sewn at the sides and under
+    the sleeves, and along the shoulders and the sleeves' tops outside the
+    neck opening (`neck` each side of the middle). Nothing is pinned: the
+    shirt rests on the shoulders once sewn (main() holds its gravity off
+    while the seams close)."""
+    pb = rig.pose.bones["upper_arm.L"]
+    head, tail = np.array(pb.head), np.array(pb.tail)
+    d = tail - head
+    phi = math.atan2(-d[2], d[0])   # below horizontal, in the x-z plane
+    # The armpit: the sleeve's underside runs 0.1 m below the arm's axis.
+    n_dir = np.array((math.sin(phi), math.cos(phi)))
+    hx = head[0] - half_width
+    armpit = head[2] - (0.1 - hx * n_dir[0]) / n_dir[1]
+    h = spacing
+    k_pit = int(round((armpit - hem) / h))
+    rows = int(round((top - hem) / h))
+    nb = int(round(half_width / h))
+    ns = int(round(sleeve / h))
+    cols = 2 * (nb + ns)
+    u = (np.arange(cols + 1) - (nb + ns)) * h
+    v = hem + np.arange(rows + 1) * h
+    qi = np.arange(cols)
+    qj = np.arange(rows)
+    in_body = (np.abs(qi - (nb + ns) + 0.5) < nb)[None, :]
+    in_sleeve = (qj >= k_pit)[:, None]
+    quads, used = _grid_quads(in_body | in_sleeve)
+    jj, ii = np.divmod(used, cols + 1)
+    uu, vv = u[ii], v[jj]
+    z_pit = hem + k_pit * h
+    # Sleeves: turned down about the armpit by phi, blended in over `blend`.
+    a = np.maximum(np.abs(uu) - half_width, 0.0)
+    theta = phi * np.minimum(a / blend, 1.0)
+    b = vv - z_pit
+    x_rel = a * np.cos(theta) + b * np.sin(theta)
+    z_rel = -a * np.sin(theta) + b * np.cos(theta)
+    side = np.abs(uu) > half_width + 1e-9
+    x = np.where(side, np.sign(uu) * (half_width + x_rel), uu)
+    z = np.where(side, z_pit + z_rel, vv)
+    yc = 0.5 * (rig.data.bones["spine.003"].head_local.y + rig.data.bones["spine.003"].tail_local.y)
+    panel = np.stack([x, np.zeros_like(x), z], axis=1)
+    front = panel + (0.0, yc - offset, 0.0)
+    back = panel + (0.0, yc + offset, 0.0)
+    au = np.abs(uu)
+    side_seam = (np.abs(au - half_width) < 1e-9) & (jj <= k_pit)
+    under_sleeve = (jj == k_pit) & (au >= half_width - 1e-9)
+    shoulder = (jj == rows) & (au >= neck - 1e-9)
+    seam = np.nonzero(side_seam | under_sleeve | shoulder)[0]
+    obj = new_object(name, sewn_mesh(name, np.concatenate([front, back]), quads, seam))
+    bind_to_bone(obj, rig, "spine.003")
+    obj.parent = rig
+    obj.data.materials.append(material(name, color))
+    for p in obj.data.polygons:
+        p.use_smooth = True
+    return obj
+
+
+def stitches(obj):
+    """(m, 2) vertex pairs of the loose edges of `obj`'s own mesh (its seams)."""
+    from drape.scene.garment import loose_edges
+    return loose_edges(obj.data)
 
 
 def add_flag(location=(3.4, -1.0, 0.0)):
@@ -497,16 +672,53 @@ def make_capsules(rig):
         bone.use_deform = bone.name in BODY_BONES
     _select_only([rig])
     _run_op(bpy.ops.drape.capsules_from_armature)
-    return [o for o in bpy.context.scene.objects
-            if o.drape_collider.kind == "CAPSULE" and o.name not in ("FlagPole",)]
+    capsules = [o for o in bpy.context.scene.objects
+                if o.drape_collider.kind == "CAPSULE" and o.name not in ("FlagPole",)]
+    # The radii measured from the mesh come out smaller than the tubes the
+    # body is made of (the torso's by up to half), and the sewn garments lie
+    # on the capsules: give each capsule its tube's radii, so what the
+    # render shows is what the cloth collides with.
+    for obj in capsules:
+        bone = obj.name[len(f"DC_{rig.name}_"):]
+        if bone in BODY_BONES:
+            obj.drape_collider.radius_start, obj.drape_collider.radius_end = BODY_BONES[bone]
+    return capsules
 
 
 def make_cloth(obj, pin_group="", **settings):
     import bpy
     _select_only([obj])
+    if settings.get("use_sewing"):
+        # As drape.sew_edge_loops leaves it: loose edges are stitches, not stray edges.
+        obj.drape.use_sewing = True
     _run_op(bpy.ops.drape.cloth_add, pin_group=pin_group)
     for k, v in settings.items():
         setattr(obj.drape, k, v)
+
+
+def dress_sewn(obj, pin_group, gravity_off=False):
+    """Make a sewn garment a cloth (Garment > Sewing on) that closes its seams
+    over the first frames: at most SEWING_FORCE a stitch until frame
+    SHIRT_GRAVITY_FRAME, no limit after (the limit also caps what a closed
+    seam holds, and the arms coming down would pull it open); with
+    `gravity_off` it floats until then (nothing pinned holds it while the
+    seams close). Self collision stays off, so the seams close fully (the
+    contacts do not know the stitches). Four iterations: the stitches at the
+    end of a seam, where two panels' weights hang from one point, stay
+    within a millimetre (one iteration leaves them centimetres open)."""
+    make_cloth(obj, pin_group, substeps=8, iterations=4, tethers=bool(pin_group), use_sewing=True,
+               areal_density=0.15, air_drag=2.0)
+    # 10 mm from the colliders: the body's tubes bulge a little between their capsules.
+    obj.drape.thickness = 0.01
+    # Keys one frame apart: no frames in between with a weaker limit.
+    for frame, force in ((1, SEWING_FORCE), (SHIRT_GRAVITY_FRAME - 1, SEWING_FORCE), (SHIRT_GRAVITY_FRAME, 0.0)):
+        obj.drape.sewing_max_force = force
+        obj.drape.keyframe_insert("sewing_max_force", frame=frame)
+    if gravity_off:
+        for frame, g in ((1, 0.0), (SHIRT_GRAVITY_FRAME, 0.0), (SHIRT_GRAVITY_FRAME + 4, 1.0)):
+            obj.drape.gravity_scale = g
+            obj.drape.keyframe_insert("gravity_scale", frame=frame)
+    return obj
 
 
 class StepMeter:
@@ -663,13 +875,21 @@ def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
     return count
 
 
-def print_quality(scene, cloths, colliders, layers):
+def seam_gaps(obj, x):
+    """(m,) distance across each of `obj`'s stitches (its mesh's loose edges)
+    at world positions `x` of its evaluated mesh."""
+    pairs = stitches(obj)
+    return np.linalg.norm(x[pairs[:, 0]] - x[pairs[:, 1]], axis=1)
+
+
+def print_quality(scene, cloths, colliders, layers, sewn=()):
     """The baked result checked at the last frame with benchmarks/quality.py
     (written apart from the solver): edge strain against the rest mesh,
-    intersecting triangle pairs (exact test), and between the two skirt
-    layers; and the vertices deeper than 1 mm inside each group of
+    intersecting triangle pairs (exact test), and between the two cloths of
+    `layers`; the vertices deeper than 1 mm inside each group of
     `colliders` ({label: objects}), by distance to the colliders' surface
-    meshes (penetrating)."""
+    meshes (penetrating); and the largest distance across the stitches of
+    each `sewn` cloth (its seam gap)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import quality as Q
     scene.frame_set(scene.frame_end)
@@ -695,19 +915,26 @@ def print_quality(scene, cloths, colliders, layers):
               f"intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
     a, b = layers
     crossing, _, _ = Q.crossings_between(*meshes[a.name], *meshes[b.name])
-    print(f"  {a.name} x {b.name}: intersecting triangle pairs between the layers {crossing}")
+    print(f"  {a.name} x {b.name}: intersecting triangle pairs between the two {crossing}")
+    for obj in sewn:
+        gap = seam_gaps(obj, meshes[obj.name][0])
+        print(f"  {obj.name} seams: {len(gap)} stitches, largest gap {gap.max() * 1000:.2f} mm, "
+              f"mean {gap.mean() * 1000:.2f} mm")
 
 
 # --------------------------------------------------------------------------- main
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description="Drape demo: bake a walking character's cape, a skirt, "
-                                             "a flag and a tablecloth; render a contact sheet")
+    ap = argparse.ArgumentParser(description="Drape demo: bake a walking character's cape, a sewn T-shirt and "
+                                             "skirt, a flag and a tablecloth; render a contact sheet")
     ap.add_argument("--frames", type=int, default=72, help="frames to bake at 24 fps (default 72)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out"))
     ap.add_argument("--no-render", action="store_true", help="skip the Workbench renders")
+    ap.add_argument("--layered-skirts", action="store_true",
+                    help="instead of the sewn skirt, a skirt and an overskirt colliding with each other in "
+                         "layer order (benchmarks/demo_crossings.py counts their crossings)")
     ap.add_argument("--no-layer-order", action="store_true",
-                    help="simulate the skirt and the overskirt without their layer order")
+                    help="with --layered-skirts: simulate the skirt and the overskirt without their layer order")
     ap.add_argument("--nudge-gravity", type=float, default=0.0, metavar="EPS",
                     help="add EPS m/s^2 to the scene's gravity (e.g. 1e-6): the layered skirts are "
                          "chaotic in rounding, so judge a change by several nudged runs, not one")
@@ -743,24 +970,36 @@ def main(argv=None):
     cape, proxy = add_cape(rig)
     make_cloth(cape, "collar", sim_source="PROXY", proxy=proxy, tethers=True, substeps=6,
                areal_density=0.35, air_drag=0.3)
-    # Two layers: a skirt and a shorter, wider overskirt, each with self collision and
-    # colliding with each other ("Collide with other cloths": one cloth-cloth group).
-    skirt = add_skirt(rig)
-    overskirt = add_skirt(rig, "Overskirt", around=64, down=14, length=0.34, r_top=0.205, r_bot=0.42,
-                          color=(0.75, 0.55, 0.2))
-    # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
-    # The pair is chaotic in rounding (one ulp, or --nudge-gravity 1e-6,
-    # changes the run): judge a change by the crossings summed over the walk
-    # (benchmarks/demo_crossings.py) over a few nudged runs. Without the
-    # order (--no-layer-order) the legs squeeze both layers onto the same
-    # capsules and the pair falls apart. 10 substeps: fewer crossings over
-    # the walk than 6 (compare with demo_crossings.py), and hardly a slower
-    # bake, since the detection, once a step, is most of the skirts' step.
-    for obj in (skirt, overskirt):
-        make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=10)
-    if not args.no_layer_order:
-        skirt.drape.layer = 0
-        overskirt.drape.layer = 1
+    # A T-shirt and a skirt sewn from flat panels (dress_sewn): the character
+    # stands with its arms raised while their seams close around it, then walks.
+    tshirt = dress_sewn(add_tshirt(rig), "", gravity_off=True)
+    sewn = [tshirt]
+    if args.layered_skirts:
+        # Two layers: a skirt and a shorter, wider overskirt, each with self collision and
+        # colliding with each other ("Collide with other cloths": one cloth-cloth group).
+        skirt = add_skirt(rig)
+        overskirt = add_skirt(rig, "Overskirt", around=64, down=14, length=0.34, r_top=0.205, r_bot=0.42,
+                              color=(0.75, 0.55, 0.2))
+        # Layer order: the overskirt (layer 1) stays outside the skirt (layer 0).
+        # The pair is chaotic in rounding (one ulp, or --nudge-gravity 1e-6,
+        # changes the run): judge a change by the crossings summed over the walk
+        # (benchmarks/demo_crossings.py) over a few nudged runs. Without the
+        # order (--no-layer-order) the legs squeeze both layers onto the same
+        # capsules and the pair falls apart. 10 substeps: fewer crossings over
+        # the walk than 6 (compare with demo_crossings.py), and hardly a slower
+        # bake, since the detection, once a step, is most of the skirts' step.
+        for obj in (skirt, overskirt):
+            make_cloth(obj, "waist", self_collision=True, cloth_collision=True, substeps=10)
+        if not args.no_layer_order:
+            skirt.drape.layer = 0
+            overskirt.drape.layer = 1
+        layers = (skirt, overskirt)
+        skirts = [skirt, overskirt]
+    else:
+        skirt = dress_sewn(add_sewn_skirt(rig), "waist")
+        sewn.append(skirt)
+        layers = (tshirt, skirt)
+        skirts = [skirt]
     flag, pole, wind = add_flag()
     make_cloth(flag, "hoist", substeps=4, areal_density=0.12)
     tablecloth, table = add_table()
@@ -773,8 +1012,9 @@ def main(argv=None):
     # benchmarks/quality.py). Nothing is pinned, so no tethers.
     make_cloth(tablecloth, "", self_collision=True, substeps=12, tethers=False,
                sim_source="AUTO", vertex_budget=3000)
-    cloths = [cape, skirt, overskirt, flag, tablecloth]
-    targets = {"Cape": "SHAPE_KEYS", "Skirt": "PC2", "Overskirt": "PC2", "Flag": "PC2", "Tablecloth": "ALEMBIC"}
+    cloths = [cape, tshirt, *skirts, flag, tablecloth]
+    targets = {"Cape": "SHAPE_KEYS", "TShirt": "PC2", "Skirt": "PC2", "Overskirt": "PC2", "Flag": "PC2",
+               "Tablecloth": "ALEMBIC"}
     for obj in cloths:
         obj.drape_bake.target = targets[obj.name]
 
@@ -817,7 +1057,7 @@ def main(argv=None):
         log(f"rendered {len(paths)} frames and {len(close)} close-ups to {os.path.join(out, 'frames')}; contact sheet {sheet}")
 
     print_table(cloths, meter, sim_counts, bake_s, args.frames)
-    print_quality(scene, cloths, {"body": capsules, "table": table, "pole": [pole]}, (skirt, overskirt))
+    print_quality(scene, cloths, {"body": capsules, "table": table, "pole": [pole]}, layers, sewn)
     log(f"bake {bake_s:.1f} s, renders {render_s:.1f} s, total {time.perf_counter() - t_all:.1f} s")
     return 0
 
