@@ -215,3 +215,29 @@ def test_a_million_triangle_collider_is_read(empty_scene):
     (v, tris, *_rest) = frame.meshes[bpy.context.active_object.name]
     assert len(tris) >= 1_000_000 and np.isfinite(v).all()
     assert math.isclose(float(v[:, 0].max()), 1.0, abs_tol=1e-5)
+
+
+def test_collider_add_makes_mesh_colliders_and_refuses_other_objects(empty_scene):
+    # drape.collider_add(type='MESH') tags the selected meshes with their own
+    # surface (nothing fitted: the mesh is the shape); an Empty, or no
+    # selection, is refused and changes nothing.
+    bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0, 0, 0))
+    cube = bpy.context.active_object
+    bpy.ops.mesh.primitive_uv_sphere_add(radius=0.3, location=(2, 0, 0))
+    ball = bpy.context.active_object
+    cube.select_set(True)
+    assert bpy.ops.drape.collider_add(type='MESH') == {'FINISHED'}
+    assert cube.drape_collider.kind == 'MESH' and ball.drape_collider.kind == 'MESH'
+    assert cube.drape_collider.outer_thickness == pytest.approx(0.01)
+    bpy.ops.object.empty_add(location=(0, 3, 0))
+    empty = bpy.context.active_object
+    ball.drape_collider.kind = 'NONE'
+    ball.select_set(True)
+    with pytest.raises(RuntimeError, match="not a mesh"):
+        bpy.ops.drape.collider_add(type='MESH')
+    assert empty.drape_collider.kind == 'NONE' and ball.drape_collider.kind == 'NONE'
+    bpy.ops.object.select_all(action='DESELECT')
+    n = len(bpy.data.objects)
+    with pytest.raises(RuntimeError, match="select the mesh objects"):
+        bpy.ops.drape.collider_add(type='MESH')
+    assert len(bpy.data.objects) == n
