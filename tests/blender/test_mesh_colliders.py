@@ -155,7 +155,9 @@ def test_cloth_drops_onto_a_mesh_collider(empty_scene, shape):
             x = cloth_positions(cloth)
             assert runtime.get(cloth).error is None
             assert np.isfinite(x).all()
-            assert depth_inside(x, body).max() <= TH + 1e-4
+            # The kept distance: the collider's outer thickness plus the
+            # cloth's own thickness, as for capsules and planes.
+            assert depth_inside(x, body).max() <= TH + cloth.drape.thickness + 1e-4
     # Held up by it: the sheet's middle is over the top, outside the
     # thickness.
     mid = (np.abs(rest[:, 0]) < 0.1) & (np.abs(rest[:, 1]) < 0.1)
@@ -198,7 +200,7 @@ def test_bad_mesh_colliders_are_reported(empty_scene):
     assert runtime.get(cloth).error is None
     x = cloth_positions(cloth)
     assert np.isfinite(x).all()
-    np.testing.assert_allclose(x[:, 2], 0.5 + TH, atol=2e-3)
+    np.testing.assert_allclose(x[:, 2], 0.5 + TH + cloth.drape.thickness, atol=2e-3)
     # A non-mesh object tagged Mesh.
     bpy.ops.object.empty_add()
     bpy.context.active_object.name = "Helper"
