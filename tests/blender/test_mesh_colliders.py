@@ -243,3 +243,37 @@ def test_collider_add_makes_mesh_colliders_and_refuses_other_objects(empty_scene
     with pytest.raises(RuntimeError, match="select the mesh objects"):
         bpy.ops.drape.collider_add(type='MESH')
     assert len(bpy.data.objects) == n
+
+
+class _Layout:
+    """Records what a panel draws."""
+
+    def __init__(self, log):
+        self.__dict__["log"] = log
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            self.log.append((name, args, kw))
+            return _Layout(self.log)
+        return call
+
+    def __setattr__(self, name, value):
+        self.log.append(("set", name, value))
+
+
+def test_collider_panel_shows_the_mesh_settings(empty_scene):
+    from types import SimpleNamespace
+
+    from drape.panels import colliders as panel
+
+    bpy.ops.mesh.primitive_cube_add()
+    obj = mesh_collider(bpy.context.active_object)
+    log = []
+    panel._draw(SimpleNamespace(layout=_Layout(log)), SimpleNamespace(object=obj))
+    props = [c[1][1] for c in log if c[0] == "prop"]
+    assert props == ["kind", "outer_thickness", "friction", "sides"]
+    assert ("set", "type", 'MESH') in log
+    obj.drape_collider.kind = 'SPHERE'
+    log.clear()
+    panel._draw(SimpleNamespace(layout=_Layout(log)), SimpleNamespace(object=obj))
+    assert "outer_thickness" not in [c[1][1] for c in log if c[0] == "prop"]
