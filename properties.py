@@ -365,7 +365,8 @@ class DrapeColliderSettings(PropertyGroup):
                             "(inside its half size; local units)", default=0.0, min=0.0, soft_max=0.5,
                             subtype='DISTANCE')
     outer_thickness: FloatProperty(name="Outer thickness",
-                                   description="Mesh collider: distance the cloth keeps from its surface",
+                                   description="Mesh collider: distance the cloth keeps from its surface, "
+                                               "on top of the cloth's own collision thickness",
                                    default=0.01, min=0.0, soft_max=0.1, subtype='DISTANCE')
     friction: FloatProperty(name="Friction", description="Mesh collider: factor on the cloth's friction "
                                                          "against it (1 = the cloth's own, 0 = none)",

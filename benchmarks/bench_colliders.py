@@ -289,7 +289,7 @@ def drape_case(warm, steps, quality_every):
                 worst = max(worst, float(mesh_scenes.penetration(x, v1, tris).max()))
     # The projection alone, on the final state (one call, the grid of the last step).
     model, state = runs[0][1], runs[0][2]
-    args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0)
+    args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin)
     v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr = args
     mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.5), np.float32(1.0), inv_dt, np.float32(0.0),
                                nbr, tri1, tbox)

@@ -62,7 +62,7 @@ def fit_to_mesh(obj, kind, depsgraph=None):
 
 
 class DRAPE_OT_collider_add(bpy.types.Operator):
-    """Make the selected objects capsule, sphere, box or plane colliders (fitted to a mesh's shape), or create a new collider Empty"""
+    """Make the selected objects capsule, sphere, box or plane colliders (fitted to a mesh's shape), mesh colliders (their own surface), or create a new collider Empty"""
 
     bl_idname = "drape.collider_add"
     bl_label = "Add Drape Collider"
@@ -73,7 +73,9 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
         items=(('CAPSULE', "Capsule", "Segment from the origin along local +Y (length = Y scale)"),
                ('PLANE', "Plane", "Plane through the origin, normal along local +Z"),
                ('SPHERE', "Sphere", "Sphere around the object's center"),
-               ('BOX', "Box", "Oriented box, moving and turning with the object")),
+               ('BOX', "Box", "Oriented box, moving and turning with the object"),
+               ('MESH', "Mesh", "The object's own evaluated mesh (modifiers, armature, shape keys), static or "
+                                "deforming; selected meshes only")),
         default='CAPSULE',
     )
     radius: FloatProperty(name="Radius", description="Capsule radius at both ends, or sphere radius (on objects "
@@ -102,6 +104,16 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
                 "are Drape cloths and cannot also be colliders; deselect them"
             self.report({'ERROR'}, f"Nothing changed: {names} {what}")
             return {'CANCELLED'}
+        if self.type == 'MESH':
+            if not objs:
+                self.report({'ERROR'}, "Nothing changed: a Mesh collider is an object's own mesh; select the "
+                            "mesh objects to collide with")
+                return {'CANCELLED'}
+            bad = [o for o in objs if o.type != 'MESH']
+            if bad:
+                self.report({'ERROR'}, f"Nothing changed: '{bad[0].name}' is a {bad[0].type.lower()} object, "
+                            "not a mesh: a Mesh collider needs a mesh object")
+                return {'CANCELLED'}
         if not objs:
             label = "Drape " + self.type.capitalize()
             empty = bpy.data.objects.new(label, None)
@@ -116,7 +128,7 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
             objs = [empty]
         # Measure every object before changing any: a bad one changes nothing.
         fits = {}
-        if self.fit and self.type != 'PLANE':
+        if self.fit and self.type not in ('PLANE', 'MESH'):
             depsgraph = context.evaluated_depsgraph_get()
             for obj in objs:
                 if obj.type == 'EMPTY':
@@ -145,7 +157,7 @@ class DRAPE_OT_collider_add(bpy.types.Operator):
                 c.half_extents = (0.5, 0.5, 0.5) if obj.type != 'EMPTY' else (obj.empty_display_size,) * 3
             for key, value in fits.get(obj.name, {}).items():
                 setattr(c, key, value)
-        what = {'CAPSULE': "capsule", 'PLANE': "plane", 'SPHERE': "sphere", 'BOX': "box"}[self.type]
+        what = {'CAPSULE': "capsule", 'PLANE': "plane", 'SPHERE': "sphere", 'BOX': "box", 'MESH': "mesh"}[self.type]
         self.report({'INFO'}, f"Drape {what} collider on " + ", ".join(f"'{o.name}'" for o in objs))
         return {'FINISHED'}
 

@@ -24,12 +24,17 @@ def _draw(self, context):
             layout.prop(c, "center")
             layout.prop(c, "half_extents")
             layout.prop(c, "rounding")
+        elif c.kind == 'MESH':
+            layout.prop(c, "outer_thickness")
+            layout.prop(c, "friction")
+            layout.prop(c, "sides")
     row = layout.row(align=True)
     row.operator("drape.collider_add", text="Capsule", icon='MESH_CAPSULE').type = 'CAPSULE'
     row.operator("drape.collider_add", text="Plane", icon='MESH_PLANE').type = 'PLANE'
     row = layout.row(align=True)
     row.operator("drape.collider_add", text="Sphere", icon='MESH_UVSPHERE').type = 'SPHERE'
     row.operator("drape.collider_add", text="Box", icon='MESH_CUBE').type = 'BOX'
+    layout.operator("drape.collider_add", text="Mesh", icon='MESH_DATA').type = 'MESH'
     layout.operator("drape.capsules_from_armature", icon='ARMATURE_DATA')
     layout.operator("drape.collider_remove", icon='X')
 

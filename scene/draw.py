@@ -1,5 +1,9 @@
 """Collider shapes drawn in the 3D viewport (a gpu draw handler).
 
+Capsules, spheres, boxes and planes are drawn as the solver sees them. Mesh
+colliders are not drawn: the object's own mesh, as the viewport shows it
+evaluated, is the surface that collides.
+
 Nothing is drawn, and no handler is added, in background mode: there is no
 viewport and the gpu module may be unavailable there."""
 

@@ -49,6 +49,7 @@ GROUPS = {
     "step_solve": 5.0,
     "step": 4.0,
     "general": 25.0,
+    "mesh": 50.0,
     "self": 53.0,
     "skin": 19.0,
     "self_general": 4.0,
@@ -396,11 +397,20 @@ def needed(objs, scene=None):
     if lead.self_collision or len(objs) > 1:
         groups.add("self" if default else "self_general")
         groups.add("self")
+    elif scene is not None and _has_mesh_colliders(scene):
+        # Mesh colliders always take the general step, with their kernels.
+        groups.add("mesh")
     else:
         groups.add("step" if default else "general")
     if any(o.drape.sim_source != 'SELF' for o in objs):
         groups.add("skin")
     return groups
+
+
+def _has_mesh_colliders(scene):
+    from . import colliders
+
+    return any(o.drape_collider.kind == 'MESH' for o in colliders.collider_objects(scene))
 
 
 def needed_by(scene):

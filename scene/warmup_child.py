@@ -299,8 +299,9 @@ class _Live:
             self.env.kernels.affine(coarse[start:stop], np.array(np.linalg.inv(np.eye(4)), dtype=np.float64))
             start = stop
 
-    def advance(self, gap=1, wind=False):
-        """``runtime._advance`` over ``gap`` frames."""
+    def advance(self, gap=1, wind=False, mesh=False):
+        """``runtime._advance`` over ``gap`` frames (mesh: with a deforming
+        mesh collider, as ``colliders.mesh_inputs`` gives it)."""
         import numpy as np
 
         env, solver, model, state = self.env, self.env.solver, self.model, self.state
@@ -348,9 +349,30 @@ class _Live:
             capsules, planes = _solver_colliders(env, c0, c1)
             inputs = solver.StepInputs(pin_targets=tgt, pin_weight=pin_w, capsules=capsules, planes=planes,
                                        wind_velocity=air)
+            if mesh:
+                inputs.meshes = _mesh_colliders(env, self.frame - gap + k - 1, self.frame - gap + k)
             solver.step(model, state, inputs, dt, prm)
         self.prev_colliders = col_end
         self.show()
+
+
+def _mesh_colliders(env, f0, f1):
+    """``colliders.mesh_inputs``: one MeshCollider, a box under the sheet
+    (float32 world vertices at both frames, int32 triangles) whose top
+    breathes."""
+    import numpy as np
+
+    corners = np.array([(x, y, z) for z in (0.5, 0.95) for y in (-0.4, 0.4) for x in (-0.4, 0.4)], np.float32)
+    tris = np.array([(0, 2, 1), (1, 2, 3), (4, 5, 6), (5, 7, 6), (0, 1, 4), (1, 5, 4), (2, 6, 3), (3, 6, 7),
+                     (0, 4, 2), (2, 4, 6), (1, 3, 5), (3, 7, 5)], np.int32)
+
+    def at(f):
+        v = corners.copy()
+        v[4:, 2] += np.float32(0.01 * np.sin(0.3 * f))
+        return v
+
+    return [env.solver.MeshCollider(verts0=at(f0), verts1=at(f1), tris=tris, thickness=0.01, friction=1.0,
+                                    two_sided=False, name="Box")]
 
 
 def _wind(env, points, frame):
@@ -438,6 +460,18 @@ def group_general(env):
     live.advance()
     live = _Live(env, _Cloth())
     live.advance(wind=True)
+
+
+def group_mesh(env):
+    """A mesh collider (any settings: it always takes the general step):
+    the general fused step with the mesh colliders' kernels (the grid, the
+    substep rows, the vertex and edge passes), one frame and a skipped
+    frame, default and off-default settings."""
+    live = _Live(env, _Cloth())
+    live.advance(mesh=True)
+    live.advance(gap=2, mesh=True)
+    live = _Live(env, _Cloth(iterations=2, stretch_damping=0.1))
+    live.advance(mesh=True)
 
 
 def group_self(env):
@@ -533,6 +567,7 @@ GROUPS = {
     "step": group_step,
     "self": group_self,
     "general": group_general,
+    "mesh": group_mesh,
     "skin": group_skin,
     "self_general": group_self_general,
 }

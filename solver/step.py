@@ -166,7 +166,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         if getattr(inputs, "boxes", None) is not None:
             boxes = inputs.boxes.packed()
         if inputs.meshes is not None:
-            meshes = mesh_step_args(model, inputs.meshes, dt, model.collider_offset_max)
+            meshes = mesh_step_args(model, inputs.meshes, dt, model.collider_offset_max,
+                                    params.collision_margin)
     if pin_weight is not None:
         old = model.pin_weight
         if model.set_pin_weight(pin_weight):

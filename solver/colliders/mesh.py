@@ -62,7 +62,8 @@ class MeshCollider:
 
     verts0, verts1: (m, 3) world-space vertex positions at step start and
         end (verts1 None: static). tris: (t, 3) vertex indices.
-    thickness: distance kept from the surface, m (>= 0).
+    thickness: distance kept from the surface, m (>= 0), the collider's
+        outer thickness; the solver adds the cloth's collision margin.
     friction: factor on the cloth's friction against this collider (1 =
         the cloth's own, 0 = frictionless).
     two_sided: False: the cloth stays on the triangles' normal side (a
@@ -651,14 +652,20 @@ class _MeshStep:
 _SCRATCH = weakref.WeakKeyDictionary()
 
 
-def mesh_step_args(model, meshes, dt, pad):
+def mesh_step_args(model, meshes, dt, pad, margin=0.0):
     """The tuple loop.run_general takes for these mesh colliders this step
     (None when there is no triangle): the packed meshes, their grid and the
-    substep scratch. pad: the largest collider offset of a vertex."""
+    substep scratch. pad: the largest collider offset of a vertex. margin:
+    the cloth's own collision margin (ClothParams.collision_margin), added
+    to every collider's thickness as capsules, planes and boxes add it to
+    their distance."""
     packed = pack_meshes(meshes)
     if packed is None:
         return None
     v0, v1, tris, tparam = packed
+    if margin > 0.0:
+        tparam[:, 0] += np.float32(margin)
+        tparam[:, 3] = np.maximum(tparam[:, 0], np.float32(1e-4))
     t = tris.shape[0]
     scratch = _SCRATCH.get(model)
     if (scratch is None or scratch.tris.shape != tris.shape or scratch.near.shape[0] != model.n

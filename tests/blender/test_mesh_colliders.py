@@ -155,7 +155,9 @@ def test_cloth_drops_onto_a_mesh_collider(empty_scene, shape):
             x = cloth_positions(cloth)
             assert runtime.get(cloth).error is None
             assert np.isfinite(x).all()
-            assert depth_inside(x, body).max() <= TH + 1e-4
+            # The kept distance: the collider's outer thickness plus the
+            # cloth's own thickness, as for capsules and planes.
+            assert depth_inside(x, body).max() <= TH + cloth.drape.thickness + 1e-4
     # Held up by it: the sheet's middle is over the top, outside the
     # thickness.
     mid = (np.abs(rest[:, 0]) < 0.1) & (np.abs(rest[:, 1]) < 0.1)
@@ -198,7 +200,7 @@ def test_bad_mesh_colliders_are_reported(empty_scene):
     assert runtime.get(cloth).error is None
     x = cloth_positions(cloth)
     assert np.isfinite(x).all()
-    np.testing.assert_allclose(x[:, 2], 0.5 + TH, atol=2e-3)
+    np.testing.assert_allclose(x[:, 2], 0.5 + TH + cloth.drape.thickness, atol=2e-3)
     # A non-mesh object tagged Mesh.
     bpy.ops.object.empty_add()
     bpy.context.active_object.name = "Helper"
@@ -215,3 +217,63 @@ def test_a_million_triangle_collider_is_read(empty_scene):
     (v, tris, *_rest) = frame.meshes[bpy.context.active_object.name]
     assert len(tris) >= 1_000_000 and np.isfinite(v).all()
     assert math.isclose(float(v[:, 0].max()), 1.0, abs_tol=1e-5)
+
+
+def test_collider_add_makes_mesh_colliders_and_refuses_other_objects(empty_scene):
+    # drape.collider_add(type='MESH') tags the selected meshes with their own
+    # surface (nothing fitted: the mesh is the shape); an Empty, or no
+    # selection, is refused and changes nothing.
+    bpy.ops.mesh.primitive_cube_add(size=1.0, location=(0, 0, 0))
+    cube = bpy.context.active_object
+    bpy.ops.mesh.primitive_uv_sphere_add(radius=0.3, location=(2, 0, 0))
+    ball = bpy.context.active_object
+    cube.select_set(True)
+    assert bpy.ops.drape.collider_add(type='MESH') == {'FINISHED'}
+    assert cube.drape_collider.kind == 'MESH' and ball.drape_collider.kind == 'MESH'
+    assert cube.drape_collider.outer_thickness == pytest.approx(0.01)
+    bpy.ops.object.empty_add(location=(0, 3, 0))
+    empty = bpy.context.active_object
+    ball.drape_collider.kind = 'NONE'
+    ball.select_set(True)
+    with pytest.raises(RuntimeError, match="not a mesh"):
+        bpy.ops.drape.collider_add(type='MESH')
+    assert empty.drape_collider.kind == 'NONE' and ball.drape_collider.kind == 'NONE'
+    bpy.ops.object.select_all(action='DESELECT')
+    n = len(bpy.data.objects)
+    with pytest.raises(RuntimeError, match="select the mesh objects"):
+        bpy.ops.drape.collider_add(type='MESH')
+    assert len(bpy.data.objects) == n
+
+
+class _Layout:
+    """Records what a panel draws."""
+
+    def __init__(self, log):
+        self.__dict__["log"] = log
+
+    def __getattr__(self, name):
+        def call(*args, **kw):
+            self.log.append((name, args, kw))
+            return _Layout(self.log)
+        return call
+
+    def __setattr__(self, name, value):
+        self.log.append(("set", name, value))
+
+
+def test_collider_panel_shows_the_mesh_settings(empty_scene):
+    from types import SimpleNamespace
+
+    from drape.panels import colliders as panel
+
+    bpy.ops.mesh.primitive_cube_add()
+    obj = mesh_collider(bpy.context.active_object)
+    log = []
+    panel._draw(SimpleNamespace(layout=_Layout(log)), SimpleNamespace(object=obj))
+    props = [c[1][1] for c in log if c[0] == "prop"]
+    assert props == ["kind", "outer_thickness", "friction", "sides"]
+    assert ("set", "type", 'MESH') in log
+    obj.drape_collider.kind = 'SPHERE'
+    log.clear()
+    panel._draw(SimpleNamespace(layout=_Layout(log)), SimpleNamespace(object=obj))
+    assert "outer_thickness" not in [c[1][1] for c in log if c[0] == "prop"]

@@ -24,7 +24,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INSTALLED = "bl_ext.user_default.drape"
-SCENES = ("default", "self", "proxy", "windy", "pair")
+SCENES = ("default", "self", "proxy", "windy", "pair", "mesh")
 
 
 # --------------------------------------------------------------------- probe
@@ -111,7 +111,8 @@ def build_scene(kind):
     "default" the 40 x 40 pinned sheet with a capsule; "self" with self
     collision; "proxy" a dense sheet simulated on a coarse proxy; "windy" a
     damped, two-iteration sheet in a Wind field; "pair" two cloths colliding
-    with each other. Returns (scene, cloth objects)."""
+    with each other; "mesh" the default sheet over a Mesh collider (a
+    cube). Returns (scene, cloth objects)."""
     import bpy
 
     # The home file, not the factory settings: those disable an add-on enabled in the preferences.
@@ -141,6 +142,10 @@ def build_scene(kind):
         if kind == "windy":
             bpy.ops.object.effector_add(type='WIND', location=(0, -2, 1), rotation=(-math.pi / 2, 0, 0))
             bpy.context.active_object.field.strength = 3.0
+        if kind == "mesh":
+            bpy.ops.object.select_all(action='DESELECT')
+            bpy.ops.mesh.primitive_cube_add(size=0.6, location=(0, 0, 0.6))
+            bpy.ops.drape.collider_add(type='MESH')
     _capsule()
     return scene, cloths
 
@@ -327,6 +332,18 @@ def test_background_compile_is_what_the_first_play_of_every_kind_loads(tmp_path)
     assert default["wall_s"] < 0.25 * compile_s, (default, compile_s)
 
 
+@pytest.mark.slow
+def test_first_play_with_a_mesh_collider_loads_what_the_mesh_group_compiled(tmp_path):
+    # Only the groups a sheet over a Mesh collider needs (warmup.needed):
+    # playing it then compiles nothing in Blender's process.
+    cache = tmp_path / "numba_cache"
+    cache.mkdir()
+    env = _env(NUMBA_CACHE_DIR=cache)
+    report = _run("compile", "drape", tmp_path, "build,step_sweep,step_solve,mesh", env=env)
+    _check_compiled(report)
+    _check_played(_run("play", "drape", tmp_path, "mesh", env=env), ["mesh"])
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """The linux-x64 zip installed with Blender's installer into a scratch user folder."""
@@ -446,6 +463,7 @@ def test_each_kind_of_cloth_needs_its_groups(addon):
         "proxy": parts | {"step", "skin"},
         "windy": parts | {"general"},
         "pair": parts | {"self"},
+        "mesh": parts | {"mesh"},
     }
     for kind, expected in cases.items():
         scene, cloths = build_scene(kind)

@@ -4,8 +4,8 @@ Every scene is judged apart from the solver (tests/mesh_scenes.py): the
 depth of a cloth point inside a closed collider is its exact distance to
 the nearest triangle (tests/oracles.py's point-triangle distance) where a
 ray from it crosses the mesh an odd number of times, else 0. The solver
-keeps vertices `thickness` outside the surface; a vertex may end at most
-the thickness inside (two overlapping parts of one collider, a table's leg
+keeps vertices the collider's thickness plus the cloth's collision margin
+outside the surface; a vertex may end at most that distance inside (two overlapping parts of one collider, a table's leg
 meeting its top, hold a vertex between their faces) and must not pass
 through: sheets dropped on a sphere, a box and a table, a sheet on a
 deforming cylinder, colliders driven through a sheet at up to 10 m/s.
@@ -21,6 +21,10 @@ from drape.solver.colliders.mesh import pack_meshes
 
 DT = 1.0 / 60.0
 TH = 0.01
+# The distance the solver keeps: the collider's thickness plus the cloth's
+# own collision margin, as for capsules and planes.
+MARGIN = ClothParams().collision_margin
+KEEP = TH + MARGIN
 
 
 def sheet(nq, size, z, centre=(0.0, 0.0)):
@@ -78,12 +82,12 @@ def test_dropped_sheet_rests_on_closed_mesh(scene, substeps):
     x, seen = simulate(rest, fi, fs, static(verts, tris), 75, substeps, every=15)
     for frame in seen + [x]:
         assert np.isfinite(frame).all()
-        assert ms.penetration(frame, verts, tris).max() <= TH + 1e-4
+        assert ms.penetration(frame, verts, tris).max() <= KEEP + 1e-4
     # Nor do the edges between the vertices cut deep into it (the box's and
     # the table's edges; ClothParams.edge_contacts): one pass over the edges
     # per iteration leaves an edge folded over a sharp corner up to one more
     # thickness inside.
-    assert ms.penetration(edge_points(x, simulate.triangles), verts, tris).max() <= 2 * TH
+    assert ms.penetration(edge_points(x, simulate.triangles), verts, tris).max() <= 2 * KEEP
     # Resting on it, not fallen through nor floating: the vertices over the
     # collider's top sit at the thickness from its surface (a little more
     # where an edge between them is held at it over a facet's edge, or the
@@ -91,16 +95,18 @@ def test_dropped_sheet_rests_on_closed_mesh(scene, substeps):
     d = ms.unsigned_distance(x, verts, tris)
     over = (np.abs(rest[:, 0]) < 0.1) & (np.abs(rest[:, 1]) < 0.1)
     assert over.sum() > 4
-    assert np.all((d[over] > TH - 0.002) & (d[over] < TH + 0.01)), d[over]
-    assert d.min() >= TH * 0.5
+    assert np.all((d[over] > KEEP - 0.002) & (d[over] < KEEP + 0.01)), d[over]
+    assert d.min() >= KEEP * 0.5
 
 
 def test_without_edge_contacts_edges_cut_the_box_edges():
     # The oracle sees what the edge pass prevents: a sheet draped over a box
-    # cuts its edges between the vertices when only vertices collide.
+    # cuts its edges between the vertices when only vertices collide (no
+    # cloth margin: the kept distance is the collider's thickness).
     verts, tris = ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.5), 3)
     rest, fi, fs = sheet(24, 1.2, 0.55)
-    x, _ = simulate(rest, fi, fs, static(verts, tris), 75, 1, params=ClothParams(substeps=1, edge_contacts=False))
+    params = ClothParams(substeps=1, edge_contacts=False, collision_margin=0.0)
+    x, _ = simulate(rest, fi, fs, static(verts, tris), 75, 1, params=params)
     assert ms.penetration(x, verts, tris).max() <= TH + 1e-4
     assert ms.penetration(edge_points(x, simulate.triangles), verts, tris).max() > 2.5 * TH
 
@@ -159,14 +165,14 @@ def test_sheet_follows_a_deforming_cylinder():
     x, seen = simulate(rest, fi, fs, at, frames, 2, every=10)
     for k, frame in enumerate(seen):
         v, tris = bent_cylinder(min(max((10 * (k + 1) - 30) / bend_frames, 0.0), 1.0))
-        assert ms.penetration(frame, v, tris).max() <= TH + 1e-4
+        assert ms.penetration(frame, v, tris).max() <= KEEP + 1e-4
     # The cylinder's top at the middle rose from 0.6 to 0.75: the sheet's
     # vertices over it rose with it and rest at the thickness.
     v, tris = bent_cylinder(1.0)
     mid = (np.abs(x[:, 0]) < 0.05) & (np.abs(x[:, 1]) < 0.05) & (x[:, 2] > 0.65)
     assert mid.sum() > 0
     assert np.all(x[mid, 2] > 0.73)
-    assert np.all(np.abs(ms.unsigned_distance(x[mid], v, tris) - TH) < 0.003)
+    assert np.all(np.abs(ms.unsigned_distance(x[mid], v, tris) - KEEP) < 0.003)
 
 
 @pytest.mark.parametrize("speed", [1.0, 5.0, 10.0])
@@ -194,7 +200,7 @@ def test_fast_collider_does_not_tunnel(speed, substeps):
         step(model, state, StepInputs(meshes=at(f)), DT, params)
         x = state.positions_aos()
         z1 = min((f + 1) * rise, 0.6)
-        assert ms.penetration(x, base + (0, 0, z1), tris).max() <= TH + 1e-4, f
+        assert ms.penetration(x, base + (0, 0, z1), tris).max() <= KEEP + 1e-4, f
     over = (np.abs(x[:, 0]) < 0.1) & (np.abs(x[:, 1]) < 0.1)
     assert over.sum() > 0
     assert np.all(x[over, 2] >= 0.8 - 1e-3)
@@ -216,18 +222,31 @@ def test_open_plane_collides_on_its_normal_side(substeps):
     rest, fi, fs = sheet(12, 0.6, 0.6)
     up, tris = plane_mesh(0.5)
     x, _ = simulate(rest, fi, fs, static(up, tris), 60, substeps)
-    assert np.allclose(x[:, 2], 0.5 + TH, atol=1e-3)
+    assert np.allclose(x[:, 2], 0.5 + KEEP, atol=1e-3)
     # Normal facing down: the sheet above is behind it and falls through.
     down, tris_d = plane_mesh(0.5, flip=True)
     x, _ = simulate(rest, fi, fs, static(down, tris_d), 60, substeps)
     assert x[:, 2].max() < 0.3
     # Two-sided: it stops the sheet from either side.
     x, _ = simulate(rest, fi, fs, static(down, tris_d, two_sided=True), 60, substeps)
-    assert np.allclose(x[:, 2], 0.5 + TH, atol=1e-3)
+    assert np.allclose(x[:, 2], 0.5 + KEEP, atol=1e-3)
     below, _, _ = sheet(12, 0.6, 0.3)
     params = ClothParams(substeps=substeps, gravity=(0.0, 0.0, 9.81))
     x, _ = simulate(below, fi, fs, static(up, tris, two_sided=True), 60, substeps, params=params)
-    assert np.allclose(x[:, 2], 0.5 - TH, atol=1e-3)
+    assert np.allclose(x[:, 2], 0.5 - KEEP, atol=1e-3)
+
+
+@pytest.mark.parametrize("thickness", [0.0, 0.01])
+@pytest.mark.parametrize("margin", [0.0, 0.005, 0.02])
+def test_kept_distance_is_collider_thickness_plus_cloth_margin(thickness, margin):
+    # A sheet resting on a flat mesh floor sits at the collider's outer
+    # thickness plus the cloth's collision margin above it, as it sits on a
+    # plane collider at the margin.
+    rest, fi, fs = sheet(8, 0.5, 0.56)
+    up, tris = plane_mesh(0.5)
+    params = ClothParams(substeps=2, collision_margin=margin)
+    x, _ = simulate(rest, fi, fs, static(up, tris, thickness=thickness), 50, params=params)
+    assert np.allclose(x[:, 2], 0.5 + thickness + margin, atol=1e-3), x[:, 2].min()
 
 
 @pytest.mark.parametrize("friction, slides", [(0.0, True), (1.0, False)])
@@ -239,7 +258,7 @@ def test_friction_factor(friction, slides):
     rot = np.array([[np.cos(a), 0, np.sin(a)], [0, 1, 0], [-np.sin(a), 0, np.cos(a)]])
     v = (v @ rot.T).astype(np.float32)
     rest, fi, fs = sheet(10, 0.4, 0.0)
-    rest = rest @ rot.T + rot[:, 2] * (TH + 0.001)
+    rest = rest @ rot.T + rot[:, 2] * (KEEP + 0.001)
     x, _ = simulate(rest, fi, fs, static(v, tris, friction=friction), 60, 2)
     moved = np.linalg.norm(x - rest, axis=1).mean()
     assert (moved > 0.1) if slides else (moved < 0.01)
@@ -278,7 +297,7 @@ def test_no_faces_and_degenerate_triangles():
     rest, fi, fs = sheet(8, 0.5, 0.6)
     x, _ = simulate(rest, fi, fs, static(v2, np.concatenate([t, bad])), 40, 2)
     assert np.isfinite(x).all()
-    assert np.allclose(x[:, 2], 0.5 + TH, atol=1e-3)
+    assert np.allclose(x[:, 2], 0.5 + KEEP, atol=1e-3)
 
 
 def test_a_million_triangle_collider_works():
@@ -287,7 +306,7 @@ def test_a_million_triangle_collider_works():
     rest, fi, fs = sheet(8, 0.5, 0.52)
     x, _ = simulate(rest, fi, fs, static(v, t), 6, 2)
     assert np.isfinite(x).all()
-    assert x[:, 2].min() >= 0.5 + TH - 1e-3
+    assert x[:, 2].min() >= 0.5 + KEEP - 1e-3
 
 
 def test_non_manifold_and_self_intersecting_colliders():
@@ -308,4 +327,4 @@ def test_non_manifold_and_self_intersecting_colliders():
     x, _ = simulate(rest, fi, fs, static(verts, tris), 60, 2)
     assert np.isfinite(x).all()
     above = np.maximum(0.5, 0.5 + 0.05 * x[:, 0])
-    assert np.all(x[:, 2] >= above + TH - 1.5e-3)
+    assert np.all(x[:, 2] >= above + KEEP - 1.5e-3)
