@@ -1,6 +1,6 @@
 """Crossing triangle pairs of the demo's layered skirts, summed over every 6th
-frame of a baked out/demo.blend: between the skirt and the overskirt, within
-each. The frame-72 counts `make demo` prints are one sample of a chaotic
+frame of a baked out/demo.blend made with `tools/demo.py --layered-skirts`:
+between the skirt and the overskirt, within each. The frame-72 counts `make demo` prints are one sample of a chaotic
 result (the pair is chaotic in rounding); the sums over
 the walk, over a few `tools/demo.py --nudge-gravity` runs, are what to compare.
 
@@ -44,6 +44,9 @@ def world_mesh(name):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "out", "demo.blend")
     bpy.ops.wm.open_mainfile(filepath=os.path.abspath(path))
+    if "Overskirt" not in bpy.data.objects:
+        sys.exit(f"drape: {path} has no layered skirts (no 'Overskirt'); make it with "
+                 "'.venv/bin/python tools/demo.py --layered-skirts'.")
     scene = bpy.context.scene
     sums = dict(between=0, within_skirt=0, within_overskirt=0)
     for frame in range(6, 73, 6):
