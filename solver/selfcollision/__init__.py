@@ -90,7 +90,7 @@ import numpy as np
 from .broad import detect_grid, detect_patches, patch_work, step_displacement
 from .cache import NO_FANS, strip_fans, vt_distances
 from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
-                        MODE_POINT_POINT, LAYER_REACH)
+                        MODE_POINT_POINT)
 from .records import Contacts, Mesh, Patches, Regions
 from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
 from .untangle import untangle as _untangle
@@ -452,10 +452,10 @@ class SelfCollision:
         # Strip fans (cache_contacts only): none.
         self._fans = NO_FANS
 
-    def _run_detect(self, pos, disp, margin, layer_reach=LAYER_REACH):
+    def _run_detect(self, pos, disp, margin):
         stats = np.zeros(2, dtype=np.int64)
         regions = tuple(Regions(self.modes, self.thickness, self.friction, self.conservativeness, self.layers,
-                                np.float32(margin), np.float32(layer_reach)))
+                                np.float32(margin)))
         while True:
             if self.broad_phase == "patch":
                 count = detect_patches(pos, disp, self._mesh, regions, self._patches, self._patch_work, self._out,
@@ -510,7 +510,7 @@ class SelfCollision:
         disp = (np.zeros_like(pos) if vel is None else
                 vel * np.float32(dt) + np.asarray(gravity, np.float32).reshape(3, 1) * np.float32(dt * dt))
         self.cached = False
-        count = self._run_detect(pos, disp, margin, 0.0)   # the radius asked for, layers or not
+        count = self._run_detect(pos, disp, margin)
         if between_regions:
             # Layered garments: keep only contacts across regions (the
             # layers), so the solve stays cheap; a cloth's own folds would

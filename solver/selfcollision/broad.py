@@ -14,8 +14,7 @@ from numba import njit
 
 from ..hardware import prefer_scalar_loads
 from ..jit import EXACT_FLAT, NoAliasCompiler
-from .constants import (F32_INF, F32_ONE, F32_TINY, F32_TWO, F32_ZERO, HELPER, JIT, MODE_OFF, SLACK,
-                        SLACK_ABS)
+from .constants import F32_INF, F32_ONE, F32_TINY, F32_TWO, F32_ZERO, HELPER, JIT, MODE_OFF, SLACK, SLACK_ABS
 from .geometry import edges_cross, sphere_gap
 from .narrow import narrow_pair
 from .records import Contacts, Mesh, Patches, PatchWork, Regions, Sweep
@@ -358,7 +357,7 @@ def detect_grid(pos, disp, mesh, regions, out, stats):
     n = pos.shape[1]
     region_pad = np.empty(region_thick.shape[0], np.float32)
     for r in range(region_thick.shape[0]):
-        region_pad[r] = 0.5 * _region_reach(region_thick[r], margin, regions.layers[r], regions.layer_reach)
+        region_pad[r] = 0.5 * region_thick[r] * (1.0 + margin)
     box = np.empty((nt, 6), np.float32)
     rel = _swept_boxes(pos, disp, triangles, tri_region, region_pad, region_cons, box)
     sph = np.empty((nt, 8), np.float32)
@@ -595,26 +594,12 @@ def _sweep(pos, disp, regions):
     margin = regions.margin
     max_reach = F32_ZERO
     max_cons = F32_ZERO
-    pair_reach = F32_ZERO
     region_pad = np.empty(thick.shape[0], np.float32)
     for r in range(thick.shape[0]):
         max_reach = max(max_reach, np.float32(thick[r] * (F32_ONE + margin)))
         max_cons = max(max_cons, regions.conservativeness[r])
-        region_pad[r] = 0.5 * _region_reach(thick[r], margin, regions.layers[r], regions.layer_reach)
-        pair_reach = max(pair_reach, F32_TWO * region_pad[r])
-    return Sweep(pos, _relative(disp), region_pad, regions.conservativeness, max_reach, max_cons, pair_reach)
-
-
-@njit(inline="always", **HELPER)
-def _region_reach(thick, margin, layer, layer_reach):
-    """A region's contact distance: thickness * (1 + margin), at least
-    layer_reach (constants.LAYER_REACH in live detection) thicknesses in a
-    layered region (its contacts with other layers,
-    narrow._vertex_triangle_contacts)."""
-    reach = np.float32(thick * (F32_ONE + margin))
-    if layer >= 0:
-        reach = max(reach, np.float32(layer_reach * thick))
-    return reach
+        region_pad[r] = 0.5 * thick[r] * (1.0 + margin)
+    return Sweep(pos, _relative(disp), region_pad, regions.conservativeness, max_reach, max_cons)
 
 
 @njit(**HELPER)
@@ -825,7 +810,7 @@ def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
     ring, sphere and plane tests go to the narrow phase. Returns (count,
     overlapping pairs, narrow-phase pairs)."""
     pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
-    max_reach, max_cons = sweep.pair_reach, sweep.max_cons
+    max_reach, max_cons = sweep.max_reach, sweep.max_cons
     triangles, tri_region, vtri_start, vtri = mesh.triangles, mesh.tri_region, mesh.vtri_start, mesh.vtri
     ring_start, ring = mesh.ring_start, mesh.ring
     modes = regions.modes

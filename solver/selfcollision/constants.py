@@ -40,17 +40,6 @@ EE_REACH = 4.0
 # count between the layers).
 LAYER_DEPTH = 1.0
 
-# Between two layered regions a vertex gets a vertex-triangle contact with
-# every triangle of the other layer within this many thicknesses at step
-# start, whatever the predicted motion: the step's motion is predicted from
-# the velocities at its start, and where a body reverses (a leg swung back
-# and forth) the inner layer is driven into the outer one without any
-# predicted contact between them. The contacts push only when violated, on
-# the side the layer order gives (LAYER_DEPTH), so they cost solve time
-# only (tests/solver/test_selfcollision_layers.py: two tubes over a leg
-# swung 90 degrees in 4 frames).
-LAYER_REACH = 3.0
-
 # A vertex-triangle or edge-edge contact whose vertex (edge) is more than this
 # many thicknesses behind its frozen normal while the contact is not acting
 # (beside the triangle, or the edges slid apart) has gone around, not

@@ -191,8 +191,7 @@ def narrow_pair(A, B, mode, pos, rel, box, sph, mesh, regions, out, count):
     pair = Pair(A, B, thick, fric, cons, reach, layered, apart)
     if mode == MODE_POINT_POINT:
         return _point_point_contacts(pair, pos, rel, box, mesh, out, count)
-    count = _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, regions.layers, regions.layer_reach, out,
-                                      count)
+    count = _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, regions.layers, out, count)
     if mode != MODE_FULL:
         return count
     return _edge_edge_contacts(pair, pos, rel, box, mesh, regions.layers, out, count)
@@ -233,15 +232,11 @@ def _point_point_contacts(pair, pos, rel, box, mesh, out, count):
 
 
 @njit(inline="always", **HELPER)
-def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, layer_reach, out, count):
+def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, out, count):
     """The corners of each triangle against the other one; the side the
     vertex started on is stored (between layers: the side the layer order
     says, where the layers face the same way)."""
     A, B, thick, fric, cons, reach, layered, apart = pair
-    if layered:
-        # Every triangle of the other layer this close, predicted to close or
-        # not (constants.LAYER_REACH).
-        reach = max(reach, layer_reach * thick)
     rest, triangles, tri_region = mesh.rest, mesh.triangles, mesh.tri_region
     vtri_start, vtri, adj_start, adj = mesh.vtri_start, mesh.vtri, mesh.adj_start, mesh.adj
     for side in range(2):

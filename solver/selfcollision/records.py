@@ -34,7 +34,6 @@ Regions = namedtuple("Regions", [
     "conservativeness",  # (R,) float32: scale of the predicted closing
     "layers",            # (R,) int32: layer order, -1 = none
     "margin",            # float32: contacts are made within thickness * (1 + margin)
-    "layer_reach",       # float32: between layers at least within this many thicknesses (0: off)
 ])
 
 # The patch broad phase's patches (topology.build_patches and the tables after it).
@@ -101,5 +100,4 @@ Sweep = namedtuple("Sweep", [
     "region_cons", # (R,) float32: conservativeness
     "max_reach",   # float32: the largest contact distance of any region [m]
     "max_cons",    # float32: the largest conservativeness
-    "pair_reach",  # float32: the largest contact distance of any pair (layered ones reach LAYER_REACH) [m]
 ])
