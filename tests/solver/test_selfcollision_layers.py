@@ -1,0 +1,185 @@
+"""Layers never pass: two tubes (layer 0 inside, layer 1 outside) pinned
+around the top of a capsule leg that swings 90 degrees in 4 frames and back.
+
+Judged apart from the solver: every frame each outer-tube vertex's signed
+distance to the inner tube (numpy, below: over the inner triangles its
+projection falls on, the nearest, positive on the tube's outer side) must
+not go below minus one thickness, and at rest (the leg still) the exact
+triangle-triangle oracle (tests/oracles.py) finds no crossing between the
+tubes.
+"""
+
+import numpy as np
+import pytest
+
+from oracles import intersecting_triangle_pairs
+
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
+from drape.solver.selfcollision import SelfCollision, merge_meshes
+
+DT = 1.0 / 60.0
+THICK = 0.006
+HIP = np.array([0.0, 0.0, 0.6])
+LEG = 0.5          # capsule length below the hip
+LEG_RADIUS = 0.06
+# Loose trouser legs: the tubes' gaps to the leg's surface at rest.
+INNER_GAP = 0.025
+OUTER_GAP = 0.04
+
+
+def tube(around, along, radius, z0, z1):
+    """An open cylinder about the z axis, quads wound so the faces point out."""
+    a = np.linspace(0.0, 2 * np.pi, around, endpoint=False)
+    z = np.linspace(z1, z0, along + 1)          # row 0 at the top
+    rest = np.stack([np.tile(radius * np.cos(a), along + 1), np.tile(radius * np.sin(a), along + 1),
+                     np.repeat(z, around)], axis=1)
+    idx = np.arange((along + 1) * around).reshape(along + 1, around)
+    nxt = np.roll(idx, -1, axis=1)
+    # (top j, bottom j, bottom j+1, top j+1): counter-clockwise seen from outside.
+    quads = np.stack([idx[:-1], idx[1:], nxt[1:], nxt[:-1]], axis=-1).reshape(-1, 4)
+    return rest, quads.ravel(), np.full(len(quads), 4)
+
+
+def rotation_x(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def leg_angle(f, swings):
+    """0 -> 90 degrees in 4 frames, back in 4, `swings` times; then still."""
+    if f >= 8 * swings:
+        return 0.0
+    k = f % 8
+    return np.pi / 2 * (k / 4.0 if k <= 4 else (8 - k) / 4.0)
+
+
+def signed_depths(points, x, tris, outward):
+    """Per point, the height over the nearest triangle of `tris` (rows of x)
+    at its closest point on it (exact: the face, or one of its sides),
+    along that triangle's face normal (its winding times `outward`, +-1 per
+    triangle): positive on the outer side. Over a convex tube a point's
+    closest point on a corner or a side has the sign of its side."""
+    a, b, c = x[tris[:, 0]], x[tris[:, 1]], x[tris[:, 2]]
+    n = np.cross(b - a, c - a)
+    area2 = np.linalg.norm(n, axis=1)
+    n = n / area2[:, None] * outward[:, None]
+    p = points[:, None, :]
+    h = np.einsum("ptk,tk->pt", p - a[None], n)
+    q = p - h[..., None] * n[None]                                # on the plane
+    s = outward / area2
+    u = np.einsum("ptk,tk->pt", np.cross(c - b, q - b[None]), n) * s
+    v = np.einsum("ptk,tk->pt", np.cross(a - c, q - c[None]), n) * s
+    on = (u >= 0) & (v >= 0) & (1.0 - u - v >= 0)
+    best = np.where(on, np.abs(h), np.inf)
+    near = q
+    for e0, e1 in ((a, b), (b, c), (c, a)):
+        d = e1 - e0
+        t = np.clip(np.einsum("ptk,tk->pt", p - e0[None], d) / np.einsum("tk,tk->t", d, d), 0.0, 1.0)
+        qe = e0[None] + t[..., None] * d[None]
+        de = np.linalg.norm(p - qe, axis=2)
+        closer = de < best
+        best = np.where(closer, de, best)
+        near = np.where(closer[..., None], qe, near)
+    k = np.argmin(best, axis=1)
+    rows = np.arange(len(points))
+    return np.einsum("pk,pk->p", points - near[rows, k], n[k])
+
+
+def run_tubes(around, along, substeps, swings=3, rest_frames=40, layers=(0, 1), collide=True, count_every=0):
+    inner = tube(around, along, LEG_RADIUS + INNER_GAP, HIP[2] - 0.4, HIP[2] - 0.02)
+    # The outer one ends above the inner one's hem: every outer vertex lies over the inner tube.
+    outer = tube(around, along, LEG_RADIUS + OUTER_GAP, HIP[2] - 0.37, HIP[2] - 0.02)
+    m = merge_meshes([inner, outer])
+    nin = int(m.vertex_offset[1])
+    x0 = m.positions.astype(np.float64)
+    pin = np.zeros(len(x0), np.float32)
+    top = np.isclose(x0[:, 2], x0[:, 2].max())
+    pin[top] = 1.0
+    params = ClothParams(substeps=substeps, iterations=2)
+    model = build_model(m.positions, m.face_indices, m.face_sizes, vertex_masses(m.positions, m.face_indices,
+                        m.face_sizes, 0.2), pin, params, region=m.region)
+    sc = SelfCollision.from_model(model, thickness=THICK, layers=list(layers))
+    sc.recover = True
+    model.self_collision = sc if collide else None
+    model.set_collider_offset(np.where(np.arange(len(x0)) >= nin, THICK, 0.0))
+    tri = model.triangles
+    inner_tris = tri[np.all(tri < nin, axis=1)]
+    # The winding's outward sign per inner triangle, from the rest shape.
+    a, b, c = x0[inner_tris[:, 0]], x0[inner_tris[:, 1]], x0[inner_tris[:, 2]]
+    radial = (a + b + c) / 3.0
+    radial[:, 2] = 0.0
+    outward = np.sign(np.einsum("tk,tk->t", np.cross(b - a, c - a), radial))
+    assert np.all(outward > 0), "the tube's faces do not point out"
+
+    def pose(f):
+        r = rotation_x(leg_angle(f, swings))
+        foot = HIP + r @ np.array([0.0, 0.0, -LEG])
+        return r, foot
+
+    def inputs_at(f):
+        r0, foot0 = pose(f)
+        r1, foot1 = pose(f + 1)
+        caps = Capsules(a0=[HIP], b0=[foot0], a1=[HIP], b1=[foot1], radius_a=[LEG_RADIUS], radius_b=[LEG_RADIUS])
+        targets = (x0 - HIP) @ r1.T + HIP
+        return StepInputs(pin_targets=targets.astype(np.float32), capsules=caps)
+
+    state = model.new_state()
+    worst_depth = np.inf
+    deep_frames = 0
+    crossing_max = 0
+    for f in range(8 * swings + rest_frames):
+        step(model, state, inputs_at(f), DT, params)
+        x = state.positions_aos().astype(np.float64)
+        assert np.all(np.isfinite(x))
+        depth = signed_depths(x[nin:], x, inner_tris, outward)
+        low = depth.min()
+        worst_depth = min(worst_depth, low)
+        deep_frames += int(low < -THICK)
+        if count_every and f % count_every == 0:
+            crossing_max = max(crossing_max, between_tubes(x, tri, nin))
+    between = between_tubes(state.positions_aos(), tri, nin)
+    return worst_depth, deep_frames, between, crossing_max
+
+
+def between_tubes(x, tri, nin):
+    """Crossing triangle pairs with one triangle in each tube (exact oracle)."""
+    pairs = intersecting_triangle_pairs(x, tri)
+    inner = np.all(tri < nin, axis=1)
+    return sum(1 for i, j in pairs if inner[i] != inner[j])
+
+
+def test_signed_depths_oracle_on_known_points():
+    inner = tube(16, 4, 0.1, 0.0, 0.4)
+    x = inner[0].astype(np.float64)
+    idx = np.asarray(inner[1]).reshape(-1, 4)
+    tris = np.concatenate([idx[:, [0, 1, 2]], idx[:, [0, 2, 3]]])
+    out = np.ones(len(tris))
+    # Out from a corner (vertex at angle 0) 1 cm: the corner is nearest.
+    # In from the middle of a face 2 cm: the face, at its normal's height.
+    half = np.pi / 16
+    mid = 0.1 * np.cos(half) * np.array([np.cos(half), np.sin(half)])
+    inward = -np.array([np.cos(half), np.sin(half)])
+    p = np.array([[0.11, 0.0, 0.2], [*(mid + 0.02 * inward), 0.2], [0.0, 0.0, 0.2]])
+    d = signed_depths(p, x, tris, out)
+    assert d[0] == pytest.approx(0.01 * np.cos(half), abs=1e-9)   # height along the face normal
+    assert d[1] == pytest.approx(-0.02, abs=1e-9)
+    # On the axis: every wall 0.1 cos(pi / 16) in.
+    assert d[2] == pytest.approx(-0.1 * np.cos(half), abs=1e-9)
+    # Flipping the normals flips the signs.
+    assert np.allclose(signed_depths(p, x, tris, -out), -d)
+
+
+# Not yet held: where the leg reverses, it drives the inner tube through the
+# outer one faster than the step's contacts (predicted from the velocities
+# at step start) hold it (24x12 at 8 substeps: the outer tube up to ~45 mm
+# inside on ~14 frames, ~118 crossing pairs between the tubes in the worst
+# frame; without self collision ~63 mm on 36 frames). Contacts with every
+# triangle of the other layer within three thicknesses, predicted or not,
+# halved that here but let the bench's swung layered sheets cross (2 pairs
+# at most to 118) at twice the cost. At rest the tubes end apart.
+@pytest.mark.xfail(reason="layers still pass where the swung leg reverses", strict=False)
+@pytest.mark.parametrize("around,along,substeps", [(24, 12, 8), pytest.param(32, 16, 12, marks=pytest.mark.slow)])
+def test_outer_tube_stays_outside_the_inner_over_a_swung_leg(around, along, substeps):
+    worst_depth, deep_frames, between, _ = run_tubes(around, along, substeps)
+    assert deep_frames == 0, f"outer tube {-worst_depth * 1e3:.1f} mm inside the inner one"
+    assert between == 0
