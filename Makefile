@@ -1,13 +1,14 @@
 # Drape: two commands set everything up on a fresh machine with Python 3.13:
 #   make demo    bake the built-in scene and save it (creates .venv first)
-#   make test    run the test suite inside the embedded Blender (bpy module)
+#   make test    run the test suite inside the embedded Blender (bpy module), all
+#                but the long scenarios marked slow (make test-slow; CI runs both)
 PYTHON ?=
 VENV_PY := .venv/bin/python
 # With BLENDER=/path/to/blender the same suite runs inside that Blender via pytest-blender.
 BLENDER ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast test-blenders demo bench extension clean
+.PHONY: venv test test-fast test-slow test-blenders demo bench extension clean
 .DEFAULT_GOAL := test
 
 venv:
@@ -15,22 +16,31 @@ venv:
 
 test: venv
 ifeq ($(BLENDER),)
-	$(VENV_PY) -m pytest -p no:pytest-blender $(PYTEST_ARGS)
+	$(VENV_PY) -m pytest -p no:pytest-blender -m "not slow" $(PYTEST_ARGS)
 else
-	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" $(PYTEST_ARGS)
+	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" -m "not slow" $(PYTEST_ARGS)
 endif
 	@# The solver once more with the portable switch (solver/hardware.py: a
 	@# generic CPU, every portable twin), in its own numba cache, so both
-	@# branches of each CPU-specific choice run in CI. The slow scenarios ran
-	@# above on the host build; here the fast tests cover every kernel.
+	@# branches of each CPU-specific choice run in CI. The slow scenarios run
+	@# on the host build in make test-slow; here the fast tests cover every kernel.
 	@# NUMBA_CPU_NAME too: test helpers declare kernels before the solver's
 	@# hardware module can set numba's CPU.
 	DRAPE_PORTABLE=1 NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
 		$(VENV_PY) -m pytest -p no:pytest-blender tests/solver -m "not slow" $(PYTEST_ARGS)
 
-# Everything except the scenario tests marked slow.
+# Everything except the scenario tests marked slow, without the portable pass.
 test-fast: venv
 	$(VENV_PY) -m pytest -p no:pytest-blender -m "not slow" $(PYTEST_ARGS)
+
+# The tests marked slow: long scenarios, cold compiles in child processes,
+# the extension build and install (CI runs them after make test).
+test-slow: venv
+ifeq ($(BLENDER),)
+	$(VENV_PY) -m pytest -p no:pytest-blender -m slow $(PYTEST_ARGS)
+else
+	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" -m slow $(PYTEST_ARGS)
+endif
 
 # The linux-x64 zip installed through Blender's own installer into every supported
 # Blender (requirements/blender-*.txt, one venv each under .venvs/), where
