@@ -16,6 +16,7 @@ from numba import njit
 
 from .capsule import (Capsules, capsule_boxes, capsule_distance_pre, capsule_row_off, outside_capsule,
                       prepare_capsules, sweep_scratch, swept_box_union)
+from .edges import record_push
 from .mesh import MeshCollider
 from .plane import Planes
 from ..config import EPS, F0, F1
@@ -162,12 +163,7 @@ def project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, cont
                 cvx, cvy, cvz = plane1[j, 6], plane1[j, 7], plane1[j, 8]
         if depth > F0:
             pos[0, i], pos[1, i], pos[2, i] = px, py, pz
-            contact[0, i], contact[1, i], contact[2, i] = cnx, cny, cnz
-            if contact[3, i] == F0:
-                clist[ccount] = i
-                ccount += 1
-            contact[3, i] += depth
-            contact[4, i], contact[5, i], contact[6, i] = cvx, cvy, cvz
+            ccount = record_push(contact, clist, ccount, i, depth, cnx, cny, cnz, cvx, cvy, cvz)
     return ccount
 
 

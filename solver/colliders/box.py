@@ -31,6 +31,7 @@ from numba import njit
 from ..config import EPS, F0, F1, FHALF, TRACE_EPS
 from ..jit import FLAT, KERNEL as JIT
 from ..params import SolverError
+from .edges import record_push
 
 PACKED = 21
 ROW = 22
@@ -279,12 +280,7 @@ def project_boxes_into(pos, inv_mass, bx1, margin, cmask, pad, bhit, bentry, con
                 cvx, cvy, cvz = bentry[6, i], bentry[7, i], bentry[8, i]
         if depth > F0:
             pos[0, i], pos[1, i], pos[2, i] = px, py, pz
-            contact[0, i], contact[1, i], contact[2, i] = cnx, cny, cnz
-            if contact[3, i] == F0:
-                clist[ccount] = i
-                ccount += 1
-            contact[3, i] += depth
-            contact[4, i], contact[5, i], contact[6, i] = cvx, cvy, cvz
+            ccount = record_push(contact, clist, ccount, i, depth, cnx, cny, cnz, cvx, cvy, cvz)
     return ccount
 
 
@@ -378,17 +374,6 @@ class Boxes:
             raise SolverError("Boxes do not fit in float32")
         return out
 
-
-@njit(inline="always", **JIT)
-def _record(contact, clist, ccount, i, amount, nx, ny, nz, v):
-    """Add a push of vertex i to its contact record; returns the new ccount."""
-    contact[0, i], contact[1, i], contact[2, i] = nx, ny, nz
-    if contact[3, i] == F0:
-        clist[ccount] = i
-        ccount += 1
-    contact[3, i] += amount
-    contact[4, i], contact[5, i], contact[6, i] = v[0], v[1], v[2]
-    return ccount
 
 
 @njit(**FLAT)
@@ -484,7 +469,7 @@ def project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_o
                 pos[0, q], pos[1, q], pos[2, q] = qx + aq * nx, qy + aq * ny, qz + aq * nz
                 v = box_velocity(cx, cy, cz, bx1, j)
                 if ai > F0:
-                    ccount = _record(contact, clist, ccount, i, ai, nx, ny, nz, v)
+                    ccount = record_push(contact, clist, ccount, i, ai, nx, ny, nz, v[0], v[1], v[2])
                 if aq > F0:
-                    ccount = _record(contact, clist, ccount, q, aq, nx, ny, nz, v)
+                    ccount = record_push(contact, clist, ccount, q, aq, nx, ny, nz, v[0], v[1], v[2])
     return ccount

@@ -162,9 +162,10 @@ def start_row(cap0, j, c):
 
 
 @njit(inline="always", **JIT)
-def _record_push(contact, clist, ccount, i, amount, nx, ny, nz, cvx, cvy, cvz):
+def record_push(contact, clist, ccount, i, amount, nx, ny, nz, cvx, cvy, cvz):
     """Add a push of vertex i to its contact record (see
-    project_colliders_into); returns the new ccount."""
+    project_colliders_into; every collider kind's pass records through this);
+    returns the new ccount."""
     contact[0, i], contact[1, i], contact[2, i] = nx, ny, nz
     if contact[3, i] == F0:
         clist[ccount] = i
@@ -294,9 +295,9 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                 cvy = g * cap1[j, 9] + s * cap1[j, 12]
                 cvz = g * cap1[j, 10] + s * cap1[j, 13]
                 if ai > F0:
-                    ccount = _record_push(contact, clist, ccount, i, ai, nx, ny, nz, cvx, cvy, cvz)
+                    ccount = record_push(contact, clist, ccount, i, ai, nx, ny, nz, cvx, cvy, cvz)
                 if ak > F0:
-                    ccount = _record_push(contact, clist, ccount, k, ak, nx, ny, nz, cvx, cvy, cvz)
+                    ccount = record_push(contact, clist, ccount, k, ak, nx, ny, nz, cvx, cvy, cvz)
             pos[0, i], pos[1, i], pos[2, i] = px, py, pz
             pos[0, k], pos[1, k], pos[2, k] = qx, qy, qz
     return ccount
@@ -448,5 +449,5 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, 
                         pos[0, vi] += a * nx
                         pos[1, vi] += a * ny
                         pos[2, vi] += a * nz
-                        ccount = _record_push(contact, clist, ccount, vi, a, nx, ny, nz, cvx, cvy, cvz)
+                        ccount = record_push(contact, clist, ccount, vi, a, nx, ny, nz, cvx, cvy, cvz)
     return ccount

@@ -36,6 +36,7 @@ from numba import njit
 from ..config import EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT
 from ..params import SolverError
+from .edges import record_push
 
 # Triangle parameter rows (t, 4): thickness, friction factor, two-sided flag, inner reach.
 # Substep rows: tri1 (t, 20) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
@@ -454,12 +455,7 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                 cvx, cvy, cvz = tri1[j, 16], tri1[j, 17], tri1[j, 18]
         if depth > F0:
             pos[0, i], pos[1, i], pos[2, i] = px, py, pz
-            contact[0, i], contact[1, i], contact[2, i] = cnx, cny, cnz
-            if contact[3, i] == F0:
-                clist[ccount] = i
-                ccount += 1
-            contact[3, i] += depth
-            contact[4, i], contact[5, i], contact[6, i] = cvx, cvy, cvz
+            ccount = record_push(contact, clist, ccount, i, depth, cnx, cny, cnz, cvx, cvy, cvz)
     return ccount
 
 
