@@ -16,7 +16,7 @@ Cases:
   grid rebuilt per step) against a BVH built once and refitted per step:
   build or refit, and listing every vertex's candidate triangles. Quality: the
   deepest cloth vertex inside the body at the end of every measured frame
-  (exact point-triangle distance, inside by ray parity; tests/mesh_scenes.py)
+  (exact point-triangle distance, inside by winding number; tests/mesh_scenes.py)
   against the thickness.
 - blender_cloth_body_20k (when bpy imports; --no-blender skips it): the same scene in Blender's Cloth
   (Collision modifier on the body, quality 5), seconds per frame and the

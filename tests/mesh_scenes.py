@@ -1,7 +1,7 @@
 """Collider meshes and an oracle for the mesh collider tests and benchmark,
 written apart from solver/colliders/mesh.py: closed meshes built in numpy,
 exact point-triangle distances (tests/oracles.py) and inside-or-outside by
-the parity of a ray's crossings (float64, Moller-Trumbore)."""
+the generalised winding number (float64 solid angles)."""
 
 import numba as nb
 import numpy as np
@@ -121,43 +121,43 @@ def unsigned_distance(points, verts, tris):
 
 
 @nb.njit(cache=True)
-def _crossings(p, a, e1, e2, d):
-    """Crossings of the ray p + t d (t > 0) with every triangle (a, e1, e2)."""
-    out = np.zeros(p.shape[0], np.int64)
-    for j in range(a.shape[0]):
-        pvx = d[1] * e2[j, 2] - d[2] * e2[j, 1]
-        pvy = d[2] * e2[j, 0] - d[0] * e2[j, 2]
-        pvz = d[0] * e2[j, 1] - d[1] * e2[j, 0]
-        det = e1[j, 0] * pvx + e1[j, 1] * pvy + e1[j, 2] * pvz
-        if abs(det) < 1e-14:
-            continue
-        inv = 1.0 / det
-        for i in range(p.shape[0]):
-            qx, qy, qz = p[i, 0] - a[j, 0], p[i, 1] - a[j, 1], p[i, 2] - a[j, 2]
-            u = (qx * pvx + qy * pvy + qz * pvz) * inv
-            if u < 0.0 or u > 1.0:
-                continue
-            qvx = qy * e1[j, 2] - qz * e1[j, 1]
-            qvy = qz * e1[j, 0] - qx * e1[j, 2]
-            qvz = qx * e1[j, 1] - qy * e1[j, 0]
-            w = (d[0] * qvx + d[1] * qvy + d[2] * qvz) * inv
-            if w < 0.0 or u + w > 1.0:
-                continue
-            if (e2[j, 0] * qvx + e2[j, 1] * qvy + e2[j, 2] * qvz) * inv > 0.0:
-                out[i] += 1
+def _winding(p, a, b, c):
+    """The generalised winding number of every point about the triangles
+    (a, b, c): the signed solid angles summed over 4 pi (van Oosterom and
+    Strackee). About 1 inside a closed, outward-facing mesh and 0 outside, with
+    no special case where a ray would graze an edge or a vertex."""
+    out = np.zeros(p.shape[0])
+    for i in range(p.shape[0]):
+        total = 0.0
+        for j in range(a.shape[0]):
+            ax, ay, az = a[j, 0] - p[i, 0], a[j, 1] - p[i, 1], a[j, 2] - p[i, 2]
+            bx, by, bz = b[j, 0] - p[i, 0], b[j, 1] - p[i, 1], b[j, 2] - p[i, 2]
+            cx, cy, cz = c[j, 0] - p[i, 0], c[j, 1] - p[i, 1], c[j, 2] - p[i, 2]
+            la = np.sqrt(ax * ax + ay * ay + az * az)
+            lb = np.sqrt(bx * bx + by * by + bz * bz)
+            lc = np.sqrt(cx * cx + cy * cy + cz * cz)
+            det = ax * (by * cz - bz * cy) - ay * (bx * cz - bz * cx) + az * (bx * cy - by * cx)
+            den = (la * lb * lc + (ax * bx + ay * by + az * bz) * lc + (bx * cx + by * cy + bz * cz) * la
+                   + (cx * ax + cy * ay + cz * az) * lb)
+            total += 2.0 * np.arctan2(det, den)
+        out[i] = total / (4.0 * np.pi)
     return out
 
 
-def inside(points, verts, tris, direction=(0.5773, 0.5774, 0.5775)):
-    """True where a point is inside the closed mesh: an odd number of
-    crossings of a ray from it (Moller-Trumbore, float64)."""
+def winding_numbers(points, verts, tris):
+    """(n,) winding number of each point about the triangle mesh (float64)."""
     p = np.ascontiguousarray(points, np.float64).reshape(-1, 3)
     v = np.asarray(verts, np.float64)
-    d = np.asarray(direction, np.float64)
-    d = d / np.linalg.norm(d)
-    a = np.ascontiguousarray(v[tris[:, 0]])
-    return _crossings(p, a, np.ascontiguousarray(v[tris[:, 1]] - a), np.ascontiguousarray(v[tris[:, 2]] - a),
-                      d) % 2 == 1
+    t = np.asarray(tris, np.int64).reshape(-1, 3)
+    return _winding(p, np.ascontiguousarray(v[t[:, 0]]), np.ascontiguousarray(v[t[:, 1]]),
+                    np.ascontiguousarray(v[t[:, 2]]))
+
+
+def inside(points, verts, tris):
+    """True where a point is inside the closed mesh: its winding number is
+    above one half in magnitude (either facing). (A ray's crossing parity miscounts where the ray meets a
+    shared edge or vertex, which a cloth resting on a faceted sphere finds.)"""
+    return np.abs(winding_numbers(points, verts, tris)) > 0.5
 
 
 def penetration(points, verts, tris):

@@ -839,9 +839,9 @@ def collider_surfaces(scene, depsgraph, objects):
 def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
     """How many points lie deeper than `tolerance` inside a collider's
     surface mesh: the distance to it from mathutils.bvhtree (Blender's own
-    nearest-point query), inside or outside by the parity of a ray's
-    crossings for a closed mesh (an open one counts the points behind its
-    nearest face's normal). Independent of the solver's distance kernels."""
+    nearest-point query), inside or outside by the majority of three rays'
+    crossing parities for a closed mesh (an open one counts the points
+    behind its nearest face's normal). Independent of the solver's distance kernels."""
     from mathutils import Vector
     from mathutils.bvhtree import BVHTree
     lo, hi = verts.min(axis=0) - tolerance, verts.max(axis=0) + tolerance
@@ -850,8 +850,24 @@ def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
         return 0
     tree = BVHTree.FromPolygons([tuple(v) for v in verts], [tuple(int(i) for i in t) for t in tris],
                                 epsilon=0.0)
-    direction = Vector((0.5773, 0.5774, 0.5773)).normalized()
+    # Three ray directions and a majority: one ray's crossing parity miscounts
+    # where it meets a shared edge or vertex of the collider's faces.
+    directions = [Vector(d).normalized() for d in ((0.5773, 0.5774, 0.5773), (-0.6123, 0.3481, 0.7099),
+                                                   (0.2711, -0.8452, 0.4603))]
     reach = float(np.linalg.norm(hi - lo)) + 1.0
+
+    def odd_crossings(p, direction):
+        crossings, origin, left = 0, p, reach
+        while left > 0:
+            loc, _, _, d = tree.ray_cast(origin, direction, left)
+            if loc is None:
+                break
+            crossings += 1
+            # Past the hit by more than float32 rounding at scene scale.
+            origin = loc + direction * 1e-5
+            left -= d + 1e-5
+        return crossings % 2 == 1
+
     count = 0
     for i in near:
         p = Vector(points[i])
@@ -859,16 +875,7 @@ def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
         if hit is None or dist <= tolerance:
             continue
         if closed:
-            crossings, origin, left = 0, p, reach
-            while left > 0:
-                loc, _, _, d = tree.ray_cast(origin, direction, left)
-                if loc is None:
-                    break
-                crossings += 1
-                # Past the hit by more than float32 rounding at scene scale.
-                origin = loc + direction * 1e-5
-                left -= d + 1e-5
-            inside = crossings % 2 == 1
+            inside = sum(odd_crossings(p, d) for d in directions) >= 2
         else:
             inside = (p - hit).dot(normal) < 0
         count += int(inside)
@@ -896,7 +903,7 @@ def print_quality(scene, cloths, colliders, layers, sewn=()):
     dg = __import__("bpy").context.evaluated_depsgraph_get()
     surfaces = {label: collider_surfaces(scene, dg, objs) for label, objs in colliders.items()}
     print(f"quality at frame {scene.frame_end} (benchmarks/quality.py; collider penetration by "
-          "mathutils.bvhtree distance and ray parity):")
+          "mathutils.bvhtree distance and ray parity, three rays):")
     meshes = {}
     for obj in cloths:
         x, fi, fs = _world_mesh(obj, dg)

@@ -1,10 +1,10 @@
 """MESH colliders in Blender: the evaluated mesh read at every frame
 (scene/colliders.py), and cloth played against it through the add-on.
 
-Penetration is judged by Blender's own geometry, apart from the solver:
-mathutils.bvhtree's nearest surface point gives the distance, and the
-parity of a ray's hits (BVHTree.ray_cast, stepping past each) tells inside
-from outside for a closed mesh."""
+Penetration is judged apart from the solver: mathutils.bvhtree's nearest
+surface point gives the distance, and the winding number about the closed
+evaluated mesh (tests/mesh_scenes.py) tells inside from outside (a ray's
+crossing parity miscounts where it meets a shared edge)."""
 
 import math
 
@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from mathutils import Vector
 from mathutils.bvhtree import BVHTree
+
+import mesh_scenes
 
 from drape.scene import colliders, runtime
 from drape.scene.meshdata import DrapeInputError
@@ -32,24 +34,15 @@ def world_mesh(obj):
 
 
 def depth_inside(points, obj):
-    """How deep each point is inside obj's closed evaluated mesh (0 outside)."""
+    """How deep each point is inside obj's closed evaluated mesh (0 outside):
+    inside by the winding number about its fan-triangulated polygons
+    (tests/mesh_scenes.py), the depth from BVHTree's nearest surface point."""
     verts, polys = world_mesh(obj)
+    tris = np.array([(p[0], p[k], p[k + 1]) for p in polys for k in range(1, len(p) - 1)], np.int64)
     tree = BVHTree.FromPolygons([Vector(v) for v in verts], polys)
-    d = Vector((0.5773, 0.5774, 0.5775)).normalized()
     out = np.zeros(len(points))
-    for i, p in enumerate(points):
-        p = Vector(p)
-        hits, origin = 0, p.copy()
-        while True:
-            loc, _, _, dist = tree.ray_cast(origin, d)
-            if loc is None:
-                break
-            hits += 1
-            # Past the hit by more than float32 rounding of its location,
-            # which ray_cast would otherwise find again.
-            origin = loc + d * 1e-4
-        if hits % 2:
-            out[i] = tree.find_nearest(p)[3]
+    for i in np.nonzero(mesh_scenes.inside(points, verts, tris))[0]:
+        out[i] = tree.find_nearest(Vector(points[i]))[3]
     return out
 
 

@@ -2,8 +2,8 @@
 
 Every scene is judged apart from the solver (tests/mesh_scenes.py): the
 depth of a cloth point inside a closed collider is its exact distance to
-the nearest triangle (tests/oracles.py's point-triangle distance) where a
-ray from it crosses the mesh an odd number of times, else 0. The solver
+the nearest triangle (tests/oracles.py's point-triangle distance) where its
+winding number about the mesh is one, else 0. The solver
 keeps vertices the collider's thickness plus the cloth's collision margin
 outside the surface; a vertex may end at most that distance inside (two overlapping parts of one collider, a table's leg
 meeting its top, hold a vertex between their faces) and must not pass
@@ -70,6 +70,26 @@ SCENES = {
     "box": (lambda: ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.5), 3), 1.2),
     "table": (lambda: ms.table(), 1.6),
 }
+
+
+def test_the_inside_oracle_against_the_sphere_it_faces():
+    # Points on rays through the UV sphere's vertices and edge midpoints
+    # (where a crossing-parity test meets shared edges), at radii inside the
+    # inscribed faceting and outside the sphere: inside exactly where the
+    # analytic sphere says, and the depth close to the analytic one.
+    verts, tris = ms.uv_sphere(0.4, (0.0, 0.0, 0.4))
+    v = verts.astype(np.float64) - (0.0, 0.0, 0.4)
+    mids = (v[tris[:, 0]] + v[tris[:, 1]]) / 2
+    dirs = np.concatenate([v, mids])
+    dirs /= np.linalg.norm(dirs, axis=1)[:, None]
+    radii = np.array([0.05, 0.2, 0.37, 0.41, 0.43, 0.6])
+    pts = (dirs[:, None, :] * radii[None, :, None]).reshape(-1, 3) + (0.0, 0.0, 0.4)
+    want = np.tile(radii < 0.4, len(dirs))
+    np.testing.assert_array_equal(ms.inside(pts, verts, tris), want)
+    depth = ms.penetration(pts, verts, tris)
+    analytic = np.maximum(0.4 - np.linalg.norm(pts - (0.0, 0.0, 0.4), axis=1), 0.0)
+    # The faceting sits at most r (1 - cos(pi / 16)) inside the sphere.
+    assert np.abs(depth - analytic).max() <= 0.4 * (1 - np.cos(np.pi / 16)) + 1e-9
 
 
 @pytest.mark.parametrize("substeps", [1, 3])
