@@ -108,7 +108,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     self_contacts: None, or SelfCollision.solve_args() for this step's
     frozen self contacts (None compiles a version without them).
     meshes: None, or colliders.mesh.mesh_step_args(...) for this step's
-    mesh colliders (run_general only). The
+    mesh colliders (run_general only; step() passes colliders.mesh.NO_MESHES
+    for none, so one compiled version serves both). The
     substeps' kernels allocate nothing and compile without reference counts
     (jit.FLAT). boxes: packed colliders.box.Boxes (k, 21), box_scratch:
     colliders.box.box_scratch(n, k); boxes run in run_general only."""
@@ -197,7 +198,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             return bad
         if GENERAL and use_boxes:
             box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry, baabb)
-        if GENERAL and meshes is not None:
+        if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
             # The mesh colliders' triangles at this substep's start and end.
             mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
                               meshes[12], meshes[8], meshes[9])
@@ -284,7 +285,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # pushes in the first.
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, clist, ccount, sel, False,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
-            if GENERAL and meshes is not None:
+            if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
                 ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
                                         meshes[5], meshes[6], meshes[7], meshes[11], contact, clist, ccount)
                 if cfg.use_edges != F0:

@@ -11,7 +11,7 @@ from . import loop
 from . import threads
 from .colliders import collider_scratch
 from .colliders.box import PACKED as _BOX_PACKED, box_scratch
-from .colliders.mesh import mesh_step_args
+from .colliders.mesh import NO_MESHES, mesh_step_args
 from .config import new_config
 from .integrate import rows_from_points
 from .jit import compiled_fast
@@ -220,6 +220,8 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             run = threads.colour_split(model, cached, params, run)
     else:
         run, records = loop.run_general, cached.records
+        if meshes is None:
+            meshes = NO_MESHES   # the same compiled run_general as with mesh colliders
     with _FAST:
         bad = run(pos, vel, prev, model.inv_mass, config, accel, wind, model.tris_soa, pins, caps, planes,
                   scratch, model.hit, model.entry, model.collider_offset, model.contact, *records,

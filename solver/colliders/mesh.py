@@ -670,3 +670,13 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0):
     grid, start, items, tcell = build_grid(v0, v1, tris, tparam, np.float32(pad))
     return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt),
             scratch.near, scratch.nbr)
+
+
+# mesh_step_args' tuple for no triangle: run_general takes it where a step
+# has no mesh collider (the kernels see no triangle and skip), so one
+# compiled run_general serves steps with and without mesh colliders (None
+# would type, and compile, a second one).
+NO_MESHES = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32),
+             np.zeros((0, 4), np.float32), np.array((0, 0, 0, 1, 1, 1, 1, 0), np.float32), np.zeros(2, np.int32),
+             np.zeros(0, np.int32), np.zeros((0, 6), np.int32), np.zeros((0, TRI1_COLS), np.float32),
+             np.zeros((0, 6), np.float32), np.float32(1.0), np.zeros(0, np.uint8), np.zeros((0, 3), np.int32))
