@@ -94,6 +94,7 @@ from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, 
 from .records import Contacts, Mesh, Patches, Regions
 from .solve import build_vertex_slots, filter_rows, solve_parallel, solve_serial, solve_work
 from .untangle import untangle as _untangle
+from .layer_order import order_layers as _order_layers
 from .topology import build_patches, patch_far_pairs, patch_vertices, triangle_components, triangle_rings
 
 try:  # the core's error type when it is there
@@ -619,6 +620,54 @@ class SelfCollision:
         self.crossings_found = 0
         self.crossings_left = 0
         self.untangle_ms = 0.0
+        # Layer-order recovery (layer_order.py, off: not yet measured on the
+        # bench scenes), before the untangling,
+        # where two layered regions collide: the border edges (one
+        # triangle) and their ends, where no side is trusted.
+        self.order_layers = False
+        self.layer_passes = 2
+        self.layer_pushes = 0
+        self.layer_wrong = 0
+        self.layer_ms = 0.0
+        border = np.ascontiguousarray((self.edge_tris[:, 1] < 0).astype(np.uint8))
+        bv = np.zeros(n, np.uint8)
+        bv[self.edges[border == 1, 0]] = 1
+        bv[self.edges[border == 1, 1]] = 1
+        self._border_edge = border
+        self._border_vertex = bv
+        self._moved = np.zeros(n, np.uint8)
+        self._track = np.full(n, -1, np.int32)
+
+    def _layered(self):
+        """Do two layered regions with different layers collide?"""
+        lay = self.layers
+        for i in range(self.n_regions):
+            for j in range(i):
+                if lay[i] >= 0 and lay[j] >= 0 and lay[i] != lay[j] and self.modes[i, j] != MODE_OFF:
+                    return True
+        return False
+
+    def restore_layers(self, pos, x0=None, known=None, passes=None):
+        """Layer-order recovery (layer_order.py): pos (3, n) float32 in
+        place; x0 the positions at step start where known (default: the
+        last untangle's end). Marks the moved vertices in self._moved.
+        Returns the pushes made."""
+        t0 = time.perf_counter()
+        self._moved[:] = 0
+        self.layer_skips = np.zeros(6, np.int64)
+        if x0 is None:
+            x0 = self._untangled if self._untangled is not None else pos
+            known = self._known if self._untangled is not None else np.zeros(self.n, np.uint8)
+        passes = self.layer_passes if passes is None else int(passes)
+        wrong, pushes = _order_layers(pos, x0, known, self.inv_mass, self.triangles, self.tri_edges, self.edge_tris,
+                                      self.tri_region, self._vertex_region, self.layers, self.modes, self.thickness,
+                                      self._border_edge, self._border_vertex, self.vtri_start, self.vtri, self._track,
+                                      self._cell, passes, self._moved,
+                                      self.layer_skips)
+        self.layer_wrong = int(wrong)
+        self.layer_pushes = int(pushes)
+        self.layer_ms = (time.perf_counter() - t0) * 1e3
+        return self.layer_pushes
 
     def untangle(self, pos, everywhere=None, passes=None):
         """Push the edges that pass through triangles back out (untangle.py):
@@ -629,12 +678,27 @@ class SelfCollision:
         counted after the last push)."""
         t0 = time.perf_counter()
         everywhere = self.untangle_everywhere if everywhere is None else everywhere
+        pushed = 0
+        layered = self.order_layers and self._layered()
+        if layered:
+            pushed = self.restore_layers(pos)
+        else:
+            self.layer_pushes = self.layer_wrong = 0
+            self.layer_ms = 0.0
         if everywhere:
             active = self._all_active
         else:
-            if self.count == 0:
+            if self.count == 0 and not pushed:
                 self.crossings_found = self.crossings_left = 0
-                self._untangled = None
+                if layered:
+                    # The next call's step start (the layer pass's reach).
+                    if self._untangled is None:
+                        self._untangled = pos.copy()
+                    else:
+                        self._untangled[:] = pos
+                    self._known[:] = 1
+                else:
+                    self._untangled = None
                 self.untangle_ms = (time.perf_counter() - t0) * 1e3
                 return 0
             active = np.zeros(self.n, np.uint8)
@@ -644,6 +708,8 @@ class SelfCollision:
             full = self.contact_kind != KIND_POINT_POINT
             active[v[full, 2]] = 1
             active[v[full, 3]] = 1
+            if pushed:
+                active |= self._moved
         passes = self.untangle_passes if passes is None else int(passes)
         # The cloth as the last call left it (the sides edges came from).
         if self._untangled is None:

@@ -53,16 +53,42 @@ def leg_angle(f, swings):
     return np.pi / 2 * (k / 4.0 if k <= 4 else (8 - k) / 4.0)
 
 
-def signed_depths(points, x, tris, outward):
-    """Per point, the height over the nearest triangle of `tris` (rows of x)
-    at its closest point on it (exact: the face, or one of its sides),
-    along that triangle's face normal (its winding times `outward`, +-1 per
-    triangle): positive on the outer side. Over a convex tube a point's
-    closest point on a corner or a side has the sign of its side."""
+def pseudo_normals(x, tris, outward):
+    """Per triangle its unit face normal (winding times `outward`), per
+    triangle side (a-b, b-c, c-a) the sum of the face normals of the
+    triangles on it, per vertex the angle-weighted sum of its triangles'
+    normals (Baerentzen and Aanaes 2005: the side of the nearest feature by
+    these is the side of the surface, creased or not)."""
     a, b, c = x[tris[:, 0]], x[tris[:, 1]], x[tris[:, 2]]
     n = np.cross(b - a, c - a)
-    area2 = np.linalg.norm(n, axis=1)
-    n = n / area2[:, None] * outward[:, None]
+    n = n / np.linalg.norm(n, axis=1)[:, None] * outward[:, None]
+    side_n = np.repeat(n[:, None, :], 3, axis=1)
+    sides = {}
+    for t, tr in enumerate(tris):
+        for j in range(3):
+            sides.setdefault(tuple(sorted((tr[j], tr[(j + 1) % 3]))), []).append((t, j))
+    for owners in sides.values():
+        total = sum(n[t] for t, _ in owners)
+        for t, j in owners:
+            side_n[t, j] = total
+    vert_n = np.zeros_like(x)
+    for j in range(3):
+        p, q, r = x[tris[:, j]], x[tris[:, (j + 1) % 3]], x[tris[:, (j + 2) % 3]]
+        u, w = q - p, r - p
+        ang = np.arccos(np.clip(np.einsum("tk,tk->t", u, w) / (np.linalg.norm(u, axis=1) * np.linalg.norm(w, axis=1)),
+                                -1.0, 1.0))
+        np.add.at(vert_n, tris[:, j], ang[:, None] * n)
+    return n, side_n, vert_n
+
+
+def signed_depths(points, x, tris, outward):
+    """Per point, its signed distance to the nearest triangle of `tris`
+    (rows of x): the distance to its closest point on them (the face, or one
+    of its sides or corners), signed by that feature's pseudo-normal
+    (pseudo_normals): positive on the outer side."""
+    n, side_n, vert_n = pseudo_normals(x, tris, outward)
+    a, b, c = x[tris[:, 0]], x[tris[:, 1]], x[tris[:, 2]]
+    area2 = np.linalg.norm(np.cross(b - a, c - a), axis=1)
     p = points[:, None, :]
     h = np.einsum("ptk,tk->pt", p - a[None], n)
     q = p - h[..., None] * n[None]                                # on the plane
@@ -72,7 +98,8 @@ def signed_depths(points, x, tris, outward):
     on = (u >= 0) & (v >= 0) & (1.0 - u - v >= 0)
     best = np.where(on, np.abs(h), np.inf)
     near = q
-    for e0, e1 in ((a, b), (b, c), (c, a)):
+    sign_n = np.broadcast_to(n[None], q.shape).copy()
+    for j, (e0, e1) in enumerate(((a, b), (b, c), (c, a))):
         d = e1 - e0
         t = np.clip(np.einsum("ptk,tk->pt", p - e0[None], d) / np.einsum("tk,tk->t", d, d), 0.0, 1.0)
         qe = e0[None] + t[..., None] * d[None]
@@ -80,9 +107,13 @@ def signed_depths(points, x, tris, outward):
         closer = de < best
         best = np.where(closer, de, best)
         near = np.where(closer[..., None], qe, near)
+        feat = np.where((t <= 0.0)[..., None], vert_n[tris[:, j]][None],
+                        np.where((t >= 1.0)[..., None], vert_n[tris[:, (j + 1) % 3]][None], side_n[None, :, j]))
+        sign_n = np.where(closer[..., None], feat, sign_n)
     k = np.argmin(best, axis=1)
     rows = np.arange(len(points))
-    return np.einsum("pk,pk->p", points - near[rows, k], n[k])
+    off = points - near[rows, k]
+    return best[rows, k] * np.sign(np.einsum("pk,pk->p", off, sign_n[rows, k]))
 
 
 def run_tubes(around, along, substeps, swings=3, rest_frames=40, layers=(0, 1), collide=True, count_every=0):
@@ -161,12 +192,32 @@ def test_signed_depths_oracle_on_known_points():
     inward = -np.array([np.cos(half), np.sin(half)])
     p = np.array([[0.11, 0.0, 0.2], [*(mid + 0.02 * inward), 0.2], [0.0, 0.0, 0.2]])
     d = signed_depths(p, x, tris, out)
-    assert d[0] == pytest.approx(0.01 * np.cos(half), abs=1e-9)   # height along the face normal
+    assert d[0] == pytest.approx(0.01, abs=1e-9)   # the distance to the corner, outside
     assert d[1] == pytest.approx(-0.02, abs=1e-9)
     # On the axis: every wall 0.1 cos(pi / 16) in.
     assert d[2] == pytest.approx(-0.1 * np.cos(half), abs=1e-9)
     # Flipping the normals flips the signs.
     assert np.allclose(signed_depths(p, x, tris, -out), -d)
+
+
+def test_signed_depths_oracle_outside_a_sharp_crease():
+    # A sharp ridge along x: two faces falling 20 degrees off the vertical
+    # on either side (normals 140 degrees apart, both outward and up). A
+    # point out beyond the ridge, in the wedge between the normals, is
+    # nearest to the ridge and below the plane of one face: the sum of the
+    # two face normals says outside, either face's alone may not.
+    s, c = np.sin(np.radians(20.0)), np.cos(np.radians(20.0))
+    x = np.array([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, -s, -c], [0.0, s, -c]])
+    tris = np.array([[0, 2, 1], [0, 1, 3]])
+    n = np.cross(x[tris[:, 1]] - x[tris[:, 0]], x[tris[:, 2]] - x[tris[:, 0]])
+    out = np.where(n[:, 2] > 0, 1.0, -1.0)
+    n1, n2 = np.array([0.0, c, s]), np.array([0.0, -c, s])
+    p = np.array([0.01 * n1 + 0.05 * n2, [0.0, 0.0, -0.05]])
+    assert np.dot(p[0], n1) < 0          # below one face's plane
+    d = signed_depths(p, x, tris, out)
+    assert d[0] == pytest.approx(np.linalg.norm(p[0]), abs=1e-9)
+    assert d[1] < 0                       # under the ridge, inside
+
 
 
 # Not yet held: where the leg reverses, it drives the inner tube through the
