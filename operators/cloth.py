@@ -1,5 +1,6 @@
-"""Cloth operators: ``drape.cloth_add``, ``drape.cloth_remove``, ``drape.reset``
-and ``drape.cloth_preset_add`` (Blender's preset machinery)."""
+"""Cloth operators: ``drape.cloth_add``, ``drape.cloth_remove``, ``drape.reset``,
+``drape.cloth_preset_add`` and ``drape.garment_preset_add`` (Blender's preset
+machinery)."""
 
 import bpy
 from bpy.props import BoolProperty, StringProperty
@@ -123,22 +124,46 @@ PRESET_SETTINGS = (
 )
 
 
-class DRAPE_OT_cloth_preset_add(AddPresetBase, bpy.types.Operator):
-    """Save the active cloth's fabric settings as a preset (or remove one)"""
+# What a garment preset stores: how the cloth is made up (sewing, shrink,
+# warp and weft, pressure, skinned limits), not the fabric (a fabric preset
+# and a garment preset combine) and not the groups and UV map (the mesh's).
+GARMENT_PRESET_SETTINGS = (
+    "use_sewing", "sewing_compliance", "sewing_max_force", "shrink", "shrink_max", "shrink_warp", "shrink_weft",
+    "warp_stretch", "weft_stretch", "stretch_group_max", "shear_group_max", "bend_group_max", "use_pressure",
+    "pressure_volume", "pressure_compliance", "max_distance", "backstop_radius", "backstop_distance",
+)
 
-    bl_idname = "drape.cloth_preset_add"
-    bl_label = "Add Drape Fabric Preset"
-    preset_menu = "DRAPE_MT_cloth_presets"
-    preset_subdir = "drape/cloth"
+
+class _PresetAdd(AddPresetBase):
     preset_defines = ["obj = bpy.context.object", "drape = obj.drape"]
-    preset_values = [f"drape.{name}" for name in PRESET_SETTINGS]
 
     @classmethod
     def poll(cls, context):
         return runtime.is_cloth(context.object)
 
 
-classes = (DRAPE_OT_cloth_add, DRAPE_OT_cloth_remove, DRAPE_OT_reset, DRAPE_OT_cloth_preset_add)
+class DRAPE_OT_cloth_preset_add(_PresetAdd, bpy.types.Operator):
+    """Save the active cloth's fabric settings as a preset (or remove one)"""
+
+    bl_idname = "drape.cloth_preset_add"
+    bl_label = "Add Drape Fabric Preset"
+    preset_menu = "DRAPE_MT_cloth_presets"
+    preset_subdir = "drape/cloth"
+    preset_values = [f"drape.{name}" for name in PRESET_SETTINGS]
+
+
+class DRAPE_OT_garment_preset_add(_PresetAdd, bpy.types.Operator):
+    """Save the active cloth's garment settings (sewing, shrink, pressure, max distance) as a preset (or remove one)"""
+
+    bl_idname = "drape.garment_preset_add"
+    bl_label = "Add Drape Garment Preset"
+    preset_menu = "DRAPE_MT_garment_presets"
+    preset_subdir = "drape/garment"
+    preset_values = [f"drape.{name}" for name in GARMENT_PRESET_SETTINGS]
+
+
+classes = (DRAPE_OT_cloth_add, DRAPE_OT_cloth_remove, DRAPE_OT_reset, DRAPE_OT_cloth_preset_add,
+           DRAPE_OT_garment_preset_add)
 
 
 def _border_chains(bm):

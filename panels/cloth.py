@@ -1,8 +1,9 @@
 """Cloth panels: the 3D View sidebar "Drape" tab and Properties > Physics,
 the same panel tree in both places (classes generated per space), plus the
-fabric preset menu (Blender's preset machinery; the built-in presets ship in
-the extension's ``presets/cloth`` folder, the artist's own are saved to
-Blender's user presets folder ``presets/drape/cloth``)."""
+fabric and garment preset menus (Blender's preset machinery; the built-in
+presets ship in the extension's ``presets/cloth`` and ``presets/garment``
+folders, the artist's own are saved to Blender's user presets folders
+``presets/drape/cloth`` and ``presets/drape/garment``)."""
 
 import os
 import textwrap
@@ -11,25 +12,47 @@ import bpy
 
 from ..scene import compat, meshdata, runtime, warmup
 
+_PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets")
 PRESET_SUBDIR = "drape/cloth"
-BUILTIN_PRESETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets", "cloth")
+BUILTIN_PRESETS = os.path.join(_PRESETS, "cloth")
+GARMENT_PRESET_SUBDIR = "drape/garment"
+BUILTIN_GARMENT_PRESETS = os.path.join(_PRESETS, "garment")
 
 
-def preset_paths():
+def preset_paths(subdir=PRESET_SUBDIR):
     """Built-in preset folder first, then user folders (where presets are added)."""
-    return [BUILTIN_PRESETS] + [p for p in bpy.utils.preset_paths(PRESET_SUBDIR) if p != BUILTIN_PRESETS]
+    builtin = os.path.join(_PRESETS, subdir.rsplit("/", 1)[-1])
+    return [builtin] + [p for p in bpy.utils.preset_paths(subdir) if p != builtin]
 
 
-class DRAPE_MT_cloth_presets(bpy.types.Menu):
+class _PresetMenu:
+    preset_operator = "script.execute_preset"
+
+    def draw(self, context):
+        self.path_menu(preset_paths(self.preset_subdir), self.preset_operator,
+                       props_default={"menu_idname": self.bl_idname},
+                       filter_ext=lambda ext: ext.lower() == ".py", add_operator=self.preset_add_operator)
+
+
+class DRAPE_MT_cloth_presets(_PresetMenu, bpy.types.Menu):
     bl_idname = "DRAPE_MT_cloth_presets"
     bl_label = "Fabric Presets"
     preset_subdir = PRESET_SUBDIR
-    preset_operator = "script.execute_preset"
     preset_add_operator = "drape.cloth_preset_add"
 
-    def draw(self, context):
-        self.path_menu(preset_paths(), self.preset_operator, props_default={"menu_idname": self.bl_idname},
-                       filter_ext=lambda ext: ext.lower() == ".py", add_operator=self.preset_add_operator)
+
+class DRAPE_MT_garment_presets(_PresetMenu, bpy.types.Menu):
+    bl_idname = "DRAPE_MT_garment_presets"
+    bl_label = "Garment Presets"
+    preset_subdir = GARMENT_PRESET_SUBDIR
+    preset_add_operator = "drape.garment_preset_add"
+
+
+def _preset_row(layout, menu):
+    row = layout.row(align=True)
+    row.menu(menu.bl_idname, text=menu.bl_label)
+    row.operator(menu.preset_add_operator, text="", icon='ADD')
+    row.operator(menu.preset_add_operator, text="", icon='REMOVE').remove_active = True
 
 
 def _cloth(context):
@@ -66,10 +89,7 @@ def _draw_main(self, context):
     if not s.enabled:
         layout.operator("drape.cloth_add", icon='MOD_CLOTH')
         return
-    row = layout.row(align=True)
-    row.menu("DRAPE_MT_cloth_presets", text=DRAPE_MT_cloth_presets.bl_label)
-    row.operator("drape.cloth_preset_add", text="", icon='ADD')
-    row.operator("drape.cloth_preset_add", text="", icon='REMOVE').remove_active = True
+    _preset_row(layout, DRAPE_MT_cloth_presets)
     col = layout.column()
     col.prop(s, "substeps")
     col.prop(s, "iterations")
@@ -188,6 +208,7 @@ def _draw_simmesh(self, context):
 def _draw_garment(self, context):
     layout, s = _settings_layout(self, context)
     obj = context.object
+    _preset_row(layout, DRAPE_MT_garment_presets)
     col = layout.column(heading="Sewing")
     col.prop(s, "use_sewing")
     sub = col.column()
@@ -268,4 +289,4 @@ def _make_classes():
     return tuple(made)
 
 
-classes = (DRAPE_MT_cloth_presets,) + _make_classes()
+classes = (DRAPE_MT_cloth_presets, DRAPE_MT_garment_presets) + _make_classes()

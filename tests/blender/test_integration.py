@@ -492,6 +492,40 @@ def test_presets_ship_with_the_addon_and_apply(empty_scene):
     assert sheet.drape.bend_stiffness < 1e-5
 
 
+def test_garment_presets_set_the_garment_and_leave_the_fabric(empty_scene):
+    import ast
+    import glob
+    import os
+
+    from drape.operators import cloth as cloth_ops
+    from drape.panels import cloth as cloth_panels
+
+    files = sorted(glob.glob(cloth_panels.BUILTIN_GARMENT_PRESETS + "/*.py"))
+    assert {"plain", "sewn_panels", "pillow", "puffer", "game_cloth"} <= {os.path.basename(f)[:-3] for f in files}
+    assert cloth_panels.preset_paths(cloth_panels.GARMENT_PRESET_SUBDIR)[0] == cloth_panels.BUILTIN_GARMENT_PRESETS
+    sheet, _ = hanging_sheet()
+    select_only(sheet)
+    bpy.ops.drape.cloth_add()
+    settings = sheet.drape
+    for f in files:
+        # Each preset sets every garment number (so presets do not leak into
+        # one another) and nothing of the fabric.
+        assigned = {t.attr: ast.literal_eval(node.value) for node in ast.parse(open(f).read()).body
+                    if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "drape"}
+        assert set(assigned) == set(cloth_ops.GARMENT_PRESET_SETTINGS), f
+        settings.areal_density, settings.stretch_stiffness = 0.37, 1234.0
+        for name in cloth_ops.GARMENT_PRESET_SETTINGS:   # away from every preset's value
+            value = getattr(settings, name)
+            setattr(settings, name, (not value) if isinstance(value, bool) else 0.123)
+        bpy.ops.script.execute_preset(filepath=f, menu_idname="DRAPE_MT_garment_presets")
+        for name, value in assigned.items():
+            assert getattr(settings, name) == pytest.approx(value, rel=1e-6), (f, name)
+        assert settings.areal_density == pytest.approx(0.37)
+        assert settings.stretch_stiffness == pytest.approx(1234.0, rel=1e-5)
+    assert bpy.ops.drape.garment_preset_add.poll()
+
+
 # --------------------------------------------------------------------------- files and undo
 
 
