@@ -715,7 +715,8 @@ def test_panels_draw_every_setting(empty_scene):
 
     for source in ('SELF', 'PROXY', 'AUTO'):  # the Sim mesh panel shows what the source needs
         sheet.drape.sim_source = source
-        for cls in cloth_panels.classes[1:] + collider_panels.classes:
+        panels = [c for c in cloth_panels.classes + collider_panels.classes if issubclass(c, bpy.types.Panel)]
+        for cls in panels:
             panel = types.SimpleNamespace(layout=_Layout(seen))
             if not hasattr(cls, "poll") or cls.poll(_Ctx):
                 cls.draw(panel, _Ctx)
