@@ -21,7 +21,7 @@ from ..config import F0, as_f32
 from ..jit import KERNEL as JIT
 from ..params import SolverError
 
-# tris: (3, t) corners; w: (n,) inverse mass times group weight (empty: no
+# tris: (4, q) the triangles in pairs (pair_triangles); w: (n,) inverse mass times group weight (empty: no
 # pressure); grad: (3, n) scratch; coef: target volume V* (m^3), alpha~.
 PressureRecord = namedtuple("PressureRecord", "tris w grad coef")
 
@@ -36,6 +36,29 @@ def open_edges(triangles):
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     _, counts = np.unique(lo * (t.max() + 1) + hi, return_counts=True)
     return int(np.count_nonzero(counts != 2))
+
+
+# pair_triangles' fourth corner of a triangle left on its own.
+LONE = np.uint32(0xFFFFFFFF)
+
+
+def pair_triangles(tris_soa):
+    """(3, t) triangle corners -> (4, q) uint32: consecutive triangles
+    (a, b, c), (a, c, d) (a quad or a fan as the model triangulates them)
+    as one column (a, b, c, d), the others as (a, b, c, LONE). Two
+    triangles' normals then cost four corners' updates, not six."""
+    t = np.asarray(tris_soa, dtype=np.int64).T.tolist()
+    out = []
+    i = 0
+    while i < len(t):
+        a, b, c = t[i]
+        if i + 1 < len(t) and t[i + 1][0] == a and t[i + 1][1] == c:
+            out.append((a, b, c, t[i + 1][2]))
+            i += 2
+        else:
+            out.append((a, b, c, int(LONE)))
+            i += 1
+    return np.ascontiguousarray(np.array(out, dtype=np.uint32).reshape(-1, 4).T)
 
 
 def signed_volume(positions, triangles):
@@ -55,7 +78,7 @@ class PressureConstraint:
     def __init__(self, rest_positions, triangles, tris_soa):
         self.n = len(rest_positions)
         self.triangles = np.asarray(triangles)
-        self.tris = tris_soa
+        self.tris = pair_triangles(tris_soa)
         self.open = open_edges(triangles)
         self.rest_volume = signed_volume(rest_positions, triangles)
         self.weight = np.ones(self.n, dtype=np.float32)
@@ -91,41 +114,83 @@ class PressureConstraint:
         return r, r
 
 
+@njit(inline="always", **JIT)
+def _terms(px, py, pz, gx, gy, gz, w, i, ox, oy, oz):
+    """Vertex i's terms of sum w |grad|^2 and of 3 x 6 V (float64)."""
+    x, y, z = gx[i], gy[i], gz[i]
+    return (float(w[i]) * float(x * x + y * y + z * z),
+            float((px[i] - ox) * x + (py[i] - oy) * y + (pz[i] - oz) * z))
+
+
 @njit(**JIT)
 def solve_pressure(pos, tris, w, grad, coef):
-    """One XPBD update of the volume constraint of the closed triangles."""
+    """One XPBD update of the volume constraint of the closed triangles
+    (tris: pair_triangles' columns).
+
+    On a closed mesh the volume's gradient at a vertex, the sum over its
+    triangles of the opposite corners' cross product b x c, equals the sum
+    of those triangles' edge normals (b - a) x (c - a) (the difference,
+    a x the sum of its ring's edges, is zero around a closed ring): one
+    cross product per triangle, of short edges (float32 keeps their
+    digits), serves all three corners. The volume follows from the
+    gradients, 6 V = sum x . grad / 3 (each triangle's a . (b x c) counted
+    once per corner), in the same pass over the vertices as sum w |grad|^2,
+    on four running sums (a fixed order: the same bits on any CPU)."""
     n = pos.shape[1]
     px, py, pz = pos[0], pos[1], pos[2]
     gx, gy, gz = grad[0], grad[1], grad[2]
-    # Relative to one vertex: the volume's terms stay small in float32.
-    ox, oy, oz = px[0], py[0], pz[0]
     for i in range(n):
         gx[i] = F0
         gy[i] = F0
         gz[i] = F0
-    vol = 0.0
     for t in range(tris.shape[1]):
-        a, b, c = tris[0, t], tris[1, t], tris[2, t]
-        ax, ay, az = px[a] - ox, py[a] - oy, pz[a] - oz
-        bx, by, bz = px[b] - ox, py[b] - oy, pz[b] - oz
-        cx, cy, cz = px[c] - ox, py[c] - oy, pz[c] - oz
-        # b x c, c x a, a x b: each corner's gradient (times 6).
-        bcx, bcy, bcz = by * cz - bz * cy, bz * cx - bx * cz, bx * cy - by * cx
-        cax, cay, caz = cy * az - cz * ay, cz * ax - cx * az, cx * ay - cy * ax
-        abx, aby, abz = ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx
-        vol += float(ax * bcx + ay * bcy + az * bcz)
-        gx[a] += bcx
-        gy[a] += bcy
-        gz[a] += bcz
-        gx[b] += cax
-        gy[b] += cay
-        gz[b] += caz
-        gx[c] += abx
-        gy[c] += aby
-        gz[c] += abz
-    s = 0.0
-    for i in range(n):
-        s += float(w[i]) * float(gx[i] * gx[i] + gy[i] * gy[i] + gz[i] * gz[i])
+        a, b, c, d = tris[0, t], tris[1, t], tris[2, t], tris[3, t]
+        ax, ay, az = px[a], py[a], pz[a]
+        ux, uy, uz = px[b] - ax, py[b] - ay, pz[b] - az
+        vx, vy, vz = px[c] - ax, py[c] - ay, pz[c] - az
+        nx, ny, nz = uy * vz - uz * vy, uz * vx - ux * vz, ux * vy - uy * vx
+        gx[b] += nx
+        gy[b] += ny
+        gz[b] += nz
+        if d != LONE:   # the pair's second triangle (a, c, d)
+            wx, wy, wz = px[d] - ax, py[d] - ay, pz[d] - az
+            mx, my, mz = vy * wz - vz * wy, vz * wx - vx * wz, vx * wy - vy * wx
+            gx[d] += mx
+            gy[d] += my
+            gz[d] += mz
+            nx += mx
+            ny += my
+            nz += mz
+        gx[a] += nx
+        gy[a] += ny
+        gz[a] += nz
+        gx[c] += nx
+        gy[c] += ny
+        gz[c] += nz
+    # Relative to one vertex: the volume's terms stay small in float32.
+    ox, oy, oz = px[0], py[0], pz[0]
+    s0 = s1 = s2 = s3 = 0.0
+    v0 = v1 = v2 = v3 = 0.0
+    m = n - n % 4
+    for i in range(0, m, 4):
+        a0, b0 = _terms(px, py, pz, gx, gy, gz, w, i, ox, oy, oz)
+        a1, b1 = _terms(px, py, pz, gx, gy, gz, w, i + 1, ox, oy, oz)
+        a2, b2 = _terms(px, py, pz, gx, gy, gz, w, i + 2, ox, oy, oz)
+        a3, b3 = _terms(px, py, pz, gx, gy, gz, w, i + 3, ox, oy, oz)
+        s0 += a0
+        s1 += a1
+        s2 += a2
+        s3 += a3
+        v0 += b0
+        v1 += b1
+        v2 += b2
+        v3 += b3
+    for i in range(m, n):
+        a0, b0 = _terms(px, py, pz, gx, gy, gz, w, i, ox, oy, oz)
+        s0 += a0
+        v0 += b0
+    s = (s0 + s1) + (s2 + s3)
+    vol = ((v0 + v1) + (v2 + v3)) / 3.0
     # C and its gradient both carry the factor 6: dl = -6 C6 / (s6 + 36 alpha~)
     # with C6 = 6 C and s6 = 36 sum w |grad|^2, written in the 6-scaled terms.
     c6 = vol - 6.0 * float(coef[0])
