@@ -243,9 +243,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 # list of vertices near the capsules sees its moves.
                 if GENERAL and use_sewing:
                     solve_sewing4(p4, sew.ab_rec, sew.w, sew.coef)
-                if listed and self_contacts is None:
+                if listed and self_contacts is None and not use_pressure:
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
-                else:
+                else:   # pressure moves every vertex: the list follows it
                     from_aos4(p4, pos)
             if GENERAL and use_pressure:
                 # On the rows (a pass over the triangles' records was slower);
