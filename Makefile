@@ -1,14 +1,15 @@
 # Drape: two commands set everything up on a fresh machine with Python 3.13:
 #   make demo    bake the built-in scene and save it (creates .venv first)
 #   make test    run the test suite inside the embedded Blender (bpy module), all
-#                but the long scenarios marked slow (make test-slow; CI runs both)
+#                but the long scenarios marked slow (make test-slow) and the portable
+#                pass (make test-portable); CI runs all three
 PYTHON ?=
 VENV_PY := .venv/bin/python
 # With BLENDER=/path/to/blender the same suite runs inside that Blender via pytest-blender.
 BLENDER ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-fast test-slow test-blenders demo bench extension clean
+.PHONY: venv test test-portable test-slow test-blenders demo bench extension clean
 .DEFAULT_GOAL := test
 
 venv:
@@ -20,18 +21,16 @@ ifeq ($(BLENDER),)
 else
 	$(VENV_PY) -m pytest --blender-executable "$(BLENDER)" -m "not slow" $(PYTEST_ARGS)
 endif
-	@# The solver once more with the portable switch (solver/hardware.py: a
-	@# generic CPU, every portable twin), in its own numba cache, so both
-	@# branches of each CPU-specific choice run in CI. The slow scenarios run
-	@# on the host build in make test-slow; here the fast tests cover every kernel.
-	@# NUMBA_CPU_NAME too: test helpers declare kernels before the solver's
-	@# hardware module can set numba's CPU.
+
+# The fast solver tests once more with the portable switch (solver/hardware.py:
+# a generic CPU, every portable twin), in their own numba cache, so both
+# branches of each CPU-specific choice run (CI runs it after make test; the
+# slow scenarios run on the host build in make test-slow). NUMBA_CPU_NAME
+# too: test helpers declare kernels before the solver's hardware module can
+# set numba's CPU.
+test-portable: venv
 	DRAPE_PORTABLE=1 NUMBA_CPU_NAME=generic NUMBA_CACHE_DIR="$(CURDIR)/.numba_cache/portable" \
 		$(VENV_PY) -m pytest -p no:pytest-blender tests/solver -m "not slow" $(PYTEST_ARGS)
-
-# Everything except the scenario tests marked slow, without the portable pass.
-test-fast: venv
-	$(VENV_PY) -m pytest -p no:pytest-blender -m "not slow" $(PYTEST_ARGS)
 
 # The tests marked slow: long scenarios, cold compiles in child processes,
 # the extension build and install (CI runs them after make test).
