@@ -21,8 +21,8 @@ from ..config import F0, as_f32
 from ..jit import KERNEL as JIT
 from ..params import SolverError
 
-# tris: (4, q) the triangles in pairs (pair_triangles); w: (n,) inverse mass times group weight (empty: no
-# pressure); grad: (3, n) scratch; coef: target volume V* (m^3), alpha~.
+# tris: (4, q) the triangles in pairs (pair_triangles); w: (n,) inverse mass
+# times group weight (empty: no pressure); grad: (3, n) scratch; coef: target volume V* (m^3), alpha~.
 PressureRecord = namedtuple("PressureRecord", "tris w grad coef")
 
 
@@ -46,19 +46,28 @@ def pair_triangles(tris_soa):
     """(3, t) triangle corners -> (4, q) uint32: consecutive triangles
     (a, b, c), (a, c, d) (a quad or a fan as the model triangulates them)
     as one column (a, b, c, d), the others as (a, b, c, LONE). Two
-    triangles' normals then cost four corners' updates, not six."""
-    t = np.asarray(tris_soa, dtype=np.int64).T.tolist()
-    out = []
-    i = 0
-    while i < len(t):
-        a, b, c = t[i]
-        if i + 1 < len(t) and t[i + 1][0] == a and t[i + 1][1] == c:
-            out.append((a, b, c, t[i + 1][2]))
-            i += 2
-        else:
-            out.append((a, b, c, int(LONE)))
-            i += 1
-    return np.ascontiguousarray(np.array(out, dtype=np.uint32).reshape(-1, 4).T)
+    triangles' normals then cost four corners' updates, not six. Along a
+    run of such triangles (a fan) they pair from its start: the first with
+    the second, the third with the fourth."""
+    t = np.asarray(tris_soa, dtype=np.int64)
+    m = t.shape[1]
+    joins = np.zeros(m, dtype=bool)   # joins[i]: triangle i + 1 is (a, c, d) of triangle i
+    joins[:-1] = (t[0, 1:] == t[0, :-1]) & (t[1, 1:] == t[2, :-1])
+    # Each triangle's place in its run of joins; a pair starts at even places.
+    idx = np.arange(m)
+    starts = np.ones(m, dtype=bool)
+    starts[1:] = ~joins[:-1]
+    run_start = np.maximum.accumulate(np.where(starts, idx, 0))
+    first = joins & ((idx - run_start) % 2 == 0)
+    second = np.zeros(m, dtype=bool)
+    second[1:] = first[:-1]
+    keep = ~second
+    out = np.empty((4, int(keep.sum())), dtype=np.uint32)
+    out[:3] = t[:, keep]
+    d = np.full(m, int(LONE), dtype=np.int64)
+    d[first] = t[2, np.flatnonzero(first) + 1]
+    out[3] = d[keep]
+    return out
 
 
 def signed_volume(positions, triangles):

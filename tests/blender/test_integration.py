@@ -713,9 +713,9 @@ def test_panels_draw_every_setting(empty_scene):
         object = sheet
         scene = empty_scene
 
+    panels = [c for c in cloth_panels.classes + collider_panels.classes if issubclass(c, bpy.types.Panel)]
     for source in ('SELF', 'PROXY', 'AUTO'):  # the Sim mesh panel shows what the source needs
         sheet.drape.sim_source = source
-        panels = [c for c in cloth_panels.classes + collider_panels.classes if issubclass(c, bpy.types.Panel)]
         for cls in panels:
             panel = types.SimpleNamespace(layout=_Layout(seen))
             if not hasattr(cls, "poll") or cls.poll(_Ctx):
