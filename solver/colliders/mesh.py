@@ -39,18 +39,23 @@ from ..params import SolverError
 from .edges import record_push
 
 # Triangle parameter rows (t, 4): thickness, friction factor, two-sided flag, inner reach.
-# Substep rows: tri1 (t, 20) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
+# Substep rows: tri1 (t, 24) a1, e0 = b1 - a1, e1 = c1 - a1, unit n1, d00,
 # d01, d11, 1/den (0 = degenerate), velocity (3), a0 . n1, 1 where an edge of
-# the triangle is sharp (see SHARP_COS) or open; tbox (t, 6) min, max of the triangle over the substep, grown.
-TRI1_COLS = 21
+# the triangle is sharp (see SHARP_COS) or open, the altitudes from a, b and c
+# (to their opposite edges); tbox (t, 6) min, max of the triangle over the
+# substep, grown.
+TRI1_COLS = 24
 # How far past a triangle's edges (in barycentric units) its prism reaches.
 BARY_TOL = np.float32(1e-3)
 # An edge between triangles whose normals differ by more than about 25
 # degrees is sharp: the cloth's edges can cut into it between their
 # vertices (by less than the sag of a chord over a smoother surface).
 SHARP_COS = np.float32(0.9)
-# Grid cell edge, in mean triangle box edges.
-CELL = 1.0
+# Grid cell edge, in mean triangle box edges: smaller cells hold fewer
+# triangles for the vertex pass to scan and cost more to build; 0.6 is the
+# cheapest step of 0.45, 0.6, 1.0 and 1.6 on the 20k-triangle body at 2
+# substeps (benchmarks/bench_colliders.py).
+CELL = 0.6
 # Grid: at most this many cells (the cell size grows to fit).
 MAX_CELLS = 1 << 21
 # Triangles one MeshCollider may have (per grid insertion, int32 indices).
@@ -262,6 +267,11 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
         tri1[j, 9], tri1[j, 10], tri1[j, 11] = n1x, n1y, n1z
         tri1[j, 12], tri1[j, 13], tri1[j, 14] = d00, d01, d11
         tri1[j, 15] = F1 / den if ok else F0
+        # |u x w| = sqrt(den): each altitude is it over the opposite edge.
+        area2 = np.sqrt(max(den, F0))
+        tri1[j, 21] = area2 / np.sqrt(max(d00 + d11 - 2 * d01, EPS))
+        tri1[j, 22] = area2 / np.sqrt(max(d11, EPS))
+        tri1[j, 23] = area2 / np.sqrt(max(d00, EPS))
         vx = (v1[ia, 0] + v1[ib, 0] + v1[ic, 0] - v0[ia, 0] - v0[ib, 0] - v0[ic, 0]) * third
         vy = (v1[ia, 1] + v1[ib, 1] + v1[ic, 1] - v0[ia, 1] - v0[ib, 1] - v0[ic, 1]) * third
         vz = (v1[ia, 2] + v1[ib, 2] + v1[ic, 2] - v0[ia, 2] - v0[ib, 2] - v0[ic, 2]) * third
@@ -423,6 +433,14 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                             else:
                                 continue
                         else:
+                            # Beside the triangle: at least its height and, in
+                            # the plane, the most negative barycentric times
+                            # that corner's altitude away (no closest point
+                            # needed for most neighbours of the one below).
+                            bu = F1 - bv - bw
+                            dp = max(max(-bu * tri1[j, 21], -bv * tri1[j, 22]), max(-bw * tri1[j, 23], F0))
+                            if h1 * h1 + dp * dp >= th * th:
+                                continue
                             kx, ky, kz = _closest_on_triangle(px, py, pz, tri1[j, 0], tri1[j, 1], tri1[j, 2],
                                                               tri1[j, 3], tri1[j, 4], tri1[j, 5], tri1[j, 6],
                                                               tri1[j, 7], tri1[j, 8])
