@@ -10,8 +10,10 @@ Cases:
 - mesh_collider_body_20k: ms per step of the sheet with the mesh collider
   against the same sheet without it (falling freely), stepped in lockstep
   (step i of each, then step i + 1) so both see the same moments of a shared
-  machine; target ratio <= 2. Also the mesh collider's own parts: the grid
-  build per step (build_grid) and the vertex and edge passes per call.
+  machine; target ratio <= 2. Also the mesh collider's own parts: its set-up
+  per step (mesh_step_args: packing, culling the triangles to the cloth's
+  reach, the grid; triangles_binned: how many stay) and the vertex and edge
+  passes per call.
 - mesh_broad_phase_body_20k: the broad phase the solver keeps (a uniform
   grid rebuilt per step) against a BVH built once and refitted per step:
   build or refit, and listing every vertex's candidate triangles. Quality: the
@@ -229,17 +231,19 @@ def broad_phase_case(state, model, collider, repeats=30):
     """Per step: grid build vs BVH refit; per substep: listing every
     vertex's candidates through each."""
     v0, v1, tris, tparam = mesh_mod.pack_meshes([collider])
+    # Every triangle binned (no cloth box to cull to).
+    cull = (mesh_mod.triangle_neighbours(tris), np.full(3, -3e38, np.float32), np.full(3, 3e38, np.float32))
     grow = np.float32(max(float(tparam[0, 0]), float(tparam[0, 3])))
     nodes, order = bvh_build(v0, tris)
     box = np.empty((nodes.shape[0], 6), np.float32)
-    built = mesh_mod.build_grid(v0, v1, tris, tparam, np.float32(0.0))
+    built = mesh_mod.build_grid(v0, v1, tris, tparam, np.float32(0.0), *cull)[:4]
     bvh_refit(nodes, order, v0, v1, tris, grow, box)
     pos, prev = state.positions, model.prev
     found = (grid_query_all(pos, prev, *built), bvh_query_all(pos, prev, nodes, order, box))
     t_grid, t_refit, q_grid, q_bvh = [], [], [], []
     for _ in range(repeats):
         t = time.thread_time()
-        built = mesh_mod.build_grid(v0, v1, tris, tparam, np.float32(0.0))
+        built = mesh_mod.build_grid(v0, v1, tris, tparam, np.float32(0.0), *cull)[:4]
         t_grid.append(time.thread_time() - t)
         t = time.thread_time()
         bvh_refit(nodes, order, v0, v1, tris, grow, box)
@@ -270,6 +274,7 @@ def drape_case(warm, steps, quality_every):
     times = {True: [], False: []}
     worst = 0.0
     grid_ms = []
+    binned = []
     for i in range(warm + steps):
         v0, v1 = body_at(body, i * DT), body_at(body, (i + 1) * DT)
         collider = MeshCollider(verts0=v0, verts1=v1, tris=tris, thickness=THICKNESS)
@@ -280,19 +285,24 @@ def drape_case(warm, steps, quality_every):
             if i >= warm:
                 times[with_mesh].append((time.thread_time() - t) * 1e3)
         if i >= warm:
-            packed = mesh_mod.pack_meshes([collider])
+            # The mesh collider's set-up of a step as the solver does it:
+            # pack, cull to the cloth's reach, bin.
+            model, state = runs[0][1], runs[0][2]
             t = time.thread_time()
-            mesh_mod.build_grid(*packed, np.float32(0.0))
+            args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
+                                           state.velocities)
             grid_ms.append((time.thread_time() - t) * 1e3)
+            binned.append(int(args[13].shape[0]))
             if (i - warm) % quality_every == quality_every - 1 or i == warm + steps - 1:
                 x = runs[0][2].positions_aos()
                 worst = max(worst, float(mesh_scenes.penetration(x, v1, tris).max()))
     # The projection alone, on the final state (one call, the grid of the last step).
     model, state = runs[0][1], runs[0][2]
-    args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin)
-    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr = args
+    args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
+                                   state.velocities)
+    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel = args
     mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.5), np.float32(1.0), inv_dt, np.float32(0.0),
-                               nbr, tri1, tbox)
+                               nbr, tri1, tbox, sel)
     pos = state.positions.copy()
     contact = np.zeros((7, model.n), np.float32)
     clist = np.zeros(model.n, np.uint32)
@@ -313,7 +323,8 @@ def drape_case(warm, steps, quality_every):
     emit(bench="colliders", case="mesh_collider_body_20k", vertices=int(model.n), triangles=int(tris.shape[0]),
          substeps=2, steps=steps, broad_phase="grid",
          ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"], target_ratio=2.0,
-         grid_build_ms=spread(grid_ms), projection_ms=spread(proj), edge_projection_ms=spread(edge_proj),
+         grid_build_ms=spread(grid_ms), triangles_binned=int(np.median(binned)), projection_ms=spread(proj),
+         edge_projection_ms=spread(edge_proj),
          max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())
     return on["median"], worst
 

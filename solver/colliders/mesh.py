@@ -5,10 +5,11 @@ over the substeps.
 MeshCollider is the record the caller fills (world-space vertices at step
 start and end, triangles, and the collider's thickness, friction and sides);
 pack_meshes checks a list of them and packs them for the kernels. Per step,
-build_grid bins the triangles' boxes (swept over the whole step) in a
-uniform grid; per substep, mesh_substep_rows interpolates the triangles to
-the substep's start and end; every iteration, project_meshes pushes each
-cloth vertex out:
+build_grid keeps the triangles that can come near the cloth (a skirt
+meets the hips of a body, not its head) and bins their boxes
+(swept over the whole step) in a uniform grid; per substep,
+mesh_substep_rows interpolates those triangles to the substep's start and
+end; every iteration, project_meshes pushes each cloth vertex out:
 
 - a vertex over a triangle (its projection inside it) and nearer than the
   thickness on the outer side is pushed out along the triangle's normal;
@@ -153,20 +154,24 @@ def pack_meshes(meshes):
 
 
 @njit(**JIT)
-def build_grid(v0, v1, tris, tparam, pad):
-    """The uniform grid of the triangles' boxes over the whole step (start
-    and end positions, grown by the larger of thickness and inner reach, + pad): a cell per
-    box size on average, capped at MAX_CELLS. Returns (grid (8,) float32:
-    origin, 1/cell, cells along x, y, z, spare; cell_start (cells + 1)
-    int32; items int32: triangle indices by cell; tcell (t, 3) int32: each
-    triangle's lowest cell)."""
+def build_grid(v0, v1, tris, tparam, pad, nbr, clo, chi):
+    """The triangles that can come near the cloth this step and their
+    uniform grid. Kept (sel, int32 indices, ascending): those whose box over
+    the whole step (start and end positions, grown by the larger of
+    thickness and inner reach, + pad) meets the box clo..chi (where the
+    cloth can be this step), and their neighbours across each edge (nbr:
+    the sharp-edge test reads their rows). The grid bins the kept boxes, a
+    cell edge of CELL mean box sizes, capped at MAX_CELLS. Returns (grid
+    (8,) float32: origin, 1/cell, cells along x, y, z, spare; cell_start
+    (cells + 1) int32; items int32: triangle indices by cell; tcell (t, 6)
+    int32: each kept triangle's lowest and highest cell; sel), or sel empty
+    and the rest unset where nothing is kept."""
     t = tris.shape[0]
     box = np.empty((t, 6), np.float32)
-    lo = np.full(3, np.float32(3e38), np.float32)
-    hi = np.full(3, np.float32(-3e38), np.float32)
-    ext = 0.0
+    on = np.zeros(t, np.uint8)
     for j in range(t):
         g = max(tparam[j, 0], tparam[j, 3]) + pad
+        meets = True
         for c in range(3):
             a = np.float32(3e38)
             b = np.float32(-3e38)
@@ -176,10 +181,31 @@ def build_grid(v0, v1, tris, tparam, pad):
                 b = max(b, max(v0[v, c], v1[v, c]))
             box[j, c] = a - g
             box[j, 3 + c] = b + g
-            lo[c] = min(lo[c], a - g)
-            hi[c] = max(hi[c], b + g)
-            ext += b - a + 2 * g
-    cs = max(CELL * ext / max(3 * t, 1), 1e-6)
+            if b + g < clo[c] or a - g > chi[c]:
+                meets = False
+        if meets:
+            on[j] = 1
+    for j in range(t):
+        if on[j] == 1:
+            for c in range(3):
+                k = nbr[j, c]
+                if k >= 0 and on[k] == 0:
+                    on[k] = 2
+    sel = np.nonzero(on)[0].astype(np.int32)
+    m = sel.shape[0]
+    lo = np.full(3, np.float32(3e38), np.float32)
+    hi = np.full(3, np.float32(-3e38), np.float32)
+    ext = 0.0
+    for q in range(m):
+        j = sel[q]
+        for c in range(3):
+            lo[c] = min(lo[c], box[j, c])
+            hi[c] = max(hi[c], box[j, 3 + c])
+            ext += box[j, 3 + c] - box[j, c]
+    if m == 0:
+        lo[:] = F0
+        hi[:] = F1
+    cs = max(CELL * ext / max(3 * m, 1), 1e-6) if m > 0 else 1.0
     while True:
         nx = int((hi[0] - lo[0]) / cs) + 1
         ny = int((hi[1] - lo[1]) / cs) + 1
@@ -195,7 +221,8 @@ def build_grid(v0, v1, tris, tparam, pad):
     start = np.zeros(cells + 1, np.int32)
     tcell = np.empty((t, 6), np.int32)
     dims = (nx, ny, nz)
-    for j in range(t):
+    for q in range(m):
+        j = sel[q]
         for c in range(3):
             tcell[j, c] = min(max(int((box[j, c] - lo[c]) * inv), 0), dims[c] - 1)
             tcell[j, 3 + c] = min(max(int((box[j, 3 + c] - lo[c]) * inv), 0), dims[c] - 1)
@@ -207,14 +234,15 @@ def build_grid(v0, v1, tris, tparam, pad):
         start[c + 1] += start[c]
     fill = start[:-1].copy()
     items = np.empty(start[cells], np.int32)
-    for j in range(t):
+    for q in range(m):
+        j = sel[q]
         for z in range(tcell[j, 2], tcell[j, 5] + 1):
             for y in range(tcell[j, 1], tcell[j, 4] + 1):
                 for x in range(tcell[j, 0], tcell[j, 3] + 1):
                     cell = (z * ny + y) * nx + x
                     items[fill[cell]] = j
                     fill[cell] += 1
-    return grid, start, items, tcell
+    return grid, start, items, tcell, sel
 
 
 @njit(inline="always", **JIT)
@@ -235,18 +263,20 @@ def _unit_normal(ux, uy, uz, wx, wy, wz):
 
 
 @njit(**FLAT)
-def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox):
+def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox, sel):
     """The triangles at substep end (tri1: a, edges, unit normal, the
     barycentric constants, velocity, and a0 . n: the plane's offset at
     substep start, for the side a vertex started on; the normal's turn over
     one substep is left out) and their boxes over the substep grown as
     build_grid's (tbox). inv_dt: 1 / the step's length (the velocity).
     nbr: (t, 3) the triangle across each edge (-1: none), for the sharp
-    flag."""
+    flag. Only the triangles sel lists (build_grid: their neighbours
+    among them) get rows."""
     s0 = F1 - t0
     s1 = F1 - t1
     third = inv_dt / np.float32(3.0)
-    for j in range(tris.shape[0]):
+    for q in range(sel.shape[0]):
+        j = sel[q]
         ia, ib, ic = tris[j, 0], tris[j, 1], tris[j, 2]
         g = max(tparam[j, 0], tparam[j, 3]) + pad
         ax0, ay0, az0 = _lerp3(v0, v1, ia, s0, t0)
@@ -285,7 +315,8 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
         tbox[j, 3] = max(max(max(ax0, bx0), max(cx0, ax1)), max(bx1, cx1)) + g
         tbox[j, 4] = max(max(max(ay0, by0), max(cy0, ay1)), max(by1, cy1)) + g
         tbox[j, 5] = max(max(max(az0, bz0), max(cz0, az1)), max(bz1, cz1)) + g
-    for j in range(tris.shape[0]):
+    for q in range(sel.shape[0]):
+        j = sel[q]
         sharp = F0
         for c in range(3):
             k = nbr[j, c]
@@ -661,18 +692,26 @@ class _MeshStep:
         self.tri1 = np.zeros((t, TRI1_COLS), np.float32)
         self.tbox = np.zeros((t, 6), np.float32)
         self.near = np.zeros(n, np.uint8)
+        self.culled = 0   # triangles the last step left out (build_grid)
 
 
 _SCRATCH = weakref.WeakKeyDictionary()
+# How far (m) past the cloth's box, besides its travel, triangles stay in
+# a step's grid: a vertex thrown farther by its constraints in one step
+# than this would not see the triangles beyond.
+CULL_MARGIN = 0.1
 
 
-def mesh_step_args(model, meshes, dt, pad, margin=0.0):
+def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
     """The tuple loop.run_general takes for these mesh colliders this step
     (None when there is no triangle): the packed meshes, their grid and the
     substep scratch. pad: the largest collider offset of a vertex. margin:
     the cloth's own collision margin (ClothParams.collision_margin), added
     to every collider's thickness as capsules, planes and boxes add it to
-    their distance."""
+    their distance. pos, vel ((3, n), the cloth at the step's start): only
+    the triangles that can come near the cloth this step are binned and
+    get substep rows (build_grid: its box, and twice its fastest
+    vertex's travel over the step, plus CULL_MARGIN); without them, all."""
     packed = pack_meshes(meshes)
     if packed is None:
         return None
@@ -680,14 +719,21 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0):
     if margin > 0.0:
         tparam[:, 0] += np.float32(margin)
         tparam[:, 3] = np.maximum(tparam[:, 0], np.float32(1e-4))
-    t = tris.shape[0]
     scratch = _SCRATCH.get(model)
     if (scratch is None or scratch.tris.shape != tris.shape or scratch.near.shape[0] != model.n
             or not np.array_equal(scratch.tris, tris)):
         scratch = _SCRATCH[model] = _MeshStep(tris, model.n)
-    grid, start, items, tcell = build_grid(v0, v1, tris, tparam, np.float32(pad))
+    if pos is None:
+        lo = np.full(3, -3e38, np.float32)
+        hi = np.full(3, 3e38, np.float32)
+    else:
+        reach = CULL_MARGIN + 2.0 * dt * float(np.sqrt((vel.astype(np.float64) ** 2).sum(axis=0).max()))
+        lo = (pos.min(axis=1) - reach).astype(np.float32)
+        hi = (pos.max(axis=1) + reach).astype(np.float32)
+    grid, start, items, tcell, sel = build_grid(v0, v1, tris, tparam, np.float32(pad), scratch.nbr, lo, hi)
+    scratch.culled = tris.shape[0] - sel.shape[0]
     return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt),
-            scratch.near, scratch.nbr)
+            scratch.near, scratch.nbr, sel)
 
 
 # mesh_step_args' tuple for no triangle: run_general takes it where a step
@@ -697,4 +743,5 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0):
 NO_MESHES = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32),
              np.zeros((0, 4), np.float32), np.array((0, 0, 0, 1, 1, 1, 1, 0), np.float32), np.zeros(2, np.int32),
              np.zeros(0, np.int32), np.zeros((0, 6), np.int32), np.zeros((0, TRI1_COLS), np.float32),
-             np.zeros((0, 6), np.float32), np.float32(1.0), np.zeros(0, np.uint8), np.zeros((0, 3), np.int32))
+             np.zeros((0, 6), np.float32), np.float32(1.0), np.zeros(0, np.uint8), np.zeros((0, 3), np.int32),
+             np.zeros(0, np.int32))

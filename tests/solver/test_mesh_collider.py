@@ -226,6 +226,68 @@ def test_fast_collider_does_not_tunnel(speed, substeps):
     assert np.all(x[over, 2] >= 0.8 - 1e-3)
 
 
+@pytest.mark.parametrize("speed", [4.0, 12.0])
+@pytest.mark.parametrize("substeps", [1, 2])
+def test_a_sheet_thrown_at_a_box_from_afar_does_not_pass_it(speed, substeps):
+    # The sheet starts 1.2 m over the box, outside the reach a step's grid
+    # keeps (mesh.cull_triangles: the cloth's box and its travel), and is
+    # thrown down at it: the box's triangles must be binned by the step in
+    # which the sheet arrives.
+    verts, tris = ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.4), 3)
+    rest, fi, fs = sheet(16, 0.8, 1.6)
+    params = ClothParams(substeps=substeps)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
+    state = model.new_state()
+    state.velocities[2, :] = -speed
+    lowest = []
+    for f in range(int(1.6 / speed * 60) + 20):
+        step(model, state, StepInputs(meshes=static(verts, tris)(f)), DT, params)
+        x = state.positions_aos()
+        assert ms.penetration(x, verts, tris).max() <= KEEP + 1e-4, f
+        lowest.append(float(x[:, 2].min()))
+    over = (np.abs(rest[:, 0]) < 0.2) & (np.abs(rest[:, 1]) < 0.2)
+    assert np.all(x[over, 2] > 0.4)        # on the box, not through it
+    assert min(lowest) < 0.4               # and the sides did fall past its top
+
+
+def test_culling_changes_no_push():
+    # A small sheet over one end of a long bar of many triangles: the step
+    # bins only the triangles near the sheet, and the vertex pass then
+    # pushes exactly as with every triangle binned.
+    from drape.solver.colliders import mesh as mesh_mod
+
+    verts, tris = ms.box((-0.1, -0.1, 0.0), (3.0, 0.1, 0.2), 12)
+    rest, fi, fs = sheet(10, 0.3, 0.215)
+    params = ClothParams(substeps=1)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
+    state = model.new_state()
+    # Pushed into the bar's top from over it, and moving, as within a step.
+    rng = np.random.default_rng(3)
+    model.prev[:] = state.positions
+    state.positions[2] -= rng.uniform(0.0, 0.02, model.n).astype(np.float32)
+    state.velocities[:] = rng.normal(0.0, 0.5, state.velocities.shape).astype(np.float32)
+    collider = [MeshCollider(verts0=verts, tris=tris, thickness=TH)]
+    out = []
+    for cull in (True, False):
+        args = mesh_mod.mesh_step_args(model, collider, DT, 0.0, MARGIN, *(
+            (state.positions, state.velocities) if cull else (None, None)))
+        if cull:
+            assert 0 < args[13].shape[0] < len(tris) // 3
+        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel = args
+        mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.0), np.float32(1.0), inv_dt, np.float32(0.0),
+                                   nbr, tri1, tbox, sel)
+        pos = state.positions.copy()
+        contact = np.zeros((7, model.n), np.float32)
+        clist = np.zeros(model.n, np.uint32)
+        count = mesh_mod.project_meshes(pos, model.prev, model.inv_mass, model.collider_offset, tp, tri1, tbox,
+                                        grid, start, items, tcell, near, contact, clist, np.int64(0))
+        out.append((pos, contact, int(count)))
+    assert out[0][2] > 10
+    assert out[0][2] == out[1][2]
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
 def plane_mesh(z, size=2.0, n=4, flip=False):
     v, t, _ = oracles.grid_sheet(n, n, size, plane="xy")
     v = v - (size / 2, size / 2, -z)
