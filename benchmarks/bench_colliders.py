@@ -14,6 +14,10 @@ Cases:
   per step (mesh_step_args: packing, culling the triangles to the cloth's
   reach, the grid; triangles_binned: how many stay) and the vertex and edge
   passes per call.
+- mesh_collider_panel_on_body_20k: a 40 x 40 panel (0.5 m) hung beside the
+  body's lower part, as a skirt's panel: the triangles the step keeps
+  (triangles_binned, of 19,998: those within the cloth's reach) and ms per
+  step with and without the mesh collider.
 - mesh_broad_phase_body_20k: the broad phase the solver keeps (a uniform
   grid rebuilt per step) against a BVH built once and refitted per step:
   build or refit, and listing every vertex's candidate triangles. Quality: the
@@ -329,6 +333,40 @@ def drape_case(warm, steps, quality_every):
     return on["median"], worst
 
 
+def panel_case(warm, steps):
+    """The skirt-panel scene (see the module doc)."""
+    nv = 40
+    rest, fi, fs = oracles.grid_sheet(nv - 1, nv - 1, 0.5, plane="xz")
+    rest = rest + (-0.25, -0.25, 0.1)
+    pin = (rest[:, 2] > rest[:, 2].max() - 1e-6).astype(np.float64)
+    params = ClothParams(substeps=2)
+    body, tris = body_rest()
+    runs = []
+    for with_mesh in (True, False):
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+        runs.append((with_mesh, model, model.new_state()))
+    times = {True: [], False: []}
+    binned = []
+    worst = 0.0
+    for i in range(warm + steps):
+        v0, v1 = body_at(body, i * DT), body_at(body, (i + 1) * DT)
+        collider = MeshCollider(verts0=v0, verts1=v1, tris=tris, thickness=THICKNESS)
+        for with_mesh, model, state in runs:
+            t = time.thread_time()
+            step(model, state, StepInputs(meshes=[collider]) if with_mesh else None, DT, params)
+            if i >= warm:
+                times[with_mesh].append((time.thread_time() - t) * 1e3)
+                if with_mesh:
+                    binned.append(tris.shape[0] - mesh_mod._SCRATCH[model].culled)
+        if i == warm + steps - 1:
+            worst = float(mesh_scenes.penetration(runs[0][2].positions_aos(), v1, tris).max())
+    on, off = spread(times[True]), spread(times[False])
+    emit(bench="colliders", case="mesh_collider_panel_on_body_20k", vertices=int(runs[0][1].n),
+         triangles=int(tris.shape[0]), substeps=2, steps=steps, triangles_binned=int(np.median(binned)),
+         ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"],
+         max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())
+
+
 def blender_case(frames, drape_ms, drape_pen):
     """Blender's Cloth on the same scene (bpy), quality 5, a Collision
     modifier on the body (outer thickness = Drape's thickness)."""
@@ -400,6 +438,7 @@ def main(argv=None):
     warm, steps = (10, 10) if args.quick else (60, 120)
     log(f"mesh collider: {warm} warm-up and {steps} measured steps")
     drape_ms, drape_pen = drape_case(warm, steps, quality_every=20)
+    panel_case(warm, steps)
     if not args.no_blender:
         try:
             import bpy  # noqa: F401
