@@ -7,9 +7,10 @@ start and end, triangles, and the collider's thickness, friction and sides);
 pack_meshes checks a list of them and packs them for the kernels. Per step,
 build_grid keeps the triangles that can come near the cloth (a skirt
 meets the hips of a body, not its head) and bins their boxes
-(swept over the whole step) in a uniform grid; per substep,
+(swept over the whole step) in a uniform grid, kept from step to step
+while the collider stays still and the cloth near where it was; per substep,
 mesh_substep_rows interpolates those triangles to the substep's start and
-end; every iteration, project_meshes pushes each cloth vertex out:
+end (a still collider's once); every iteration, project_meshes pushes each cloth vertex out:
 
 - a vertex over a triangle (its projection inside it) and nearer than the
   thickness on the outer side is pushed out along the triangle's normal;
@@ -263,7 +264,7 @@ def _unit_normal(ux, uy, uz, wx, wy, wz):
 
 
 @njit(**FLAT)
-def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox, sel):
+def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox, sel, once):
     """The triangles at substep end (tri1: a, edges, unit normal, the
     barycentric constants, velocity, and a0 . n: the plane's offset at
     substep start, for the side a vertex started on; the normal's turn over
@@ -271,7 +272,12 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
     build_grid's (tbox). inv_dt: 1 / the step's length (the velocity).
     nbr: (t, 3) the triangle across each edge (-1: none), for the sharp
     flag. Only the triangles sel lists (build_grid: their neighbours
-    among them) get rows."""
+    among them) get rows. once[0]: 0 every substep (a moving collider), 1
+    this once (a still one: its rows do not change), 2 not again."""
+    if once[0] == 2:
+        return
+    if once[0] == 1:
+        once[0] = 2
     s0 = F1 - t0
     s1 = F1 - t1
     third = inv_dt / np.float32(3.0)
@@ -693,6 +699,12 @@ class _MeshStep:
         self.tbox = np.zeros((t, 6), np.float32)
         self.near = np.zeros(n, np.uint8)
         self.culled = 0   # triangles the last step left out (build_grid)
+        # A still collider's grid, kept while it stays still and the cloth
+        # within the box it was culled to: (verts, tparam bytes, pad, lo, hi,
+        # build_grid's tuple).
+        self.still = None
+        self.rows_once = np.zeros(1, np.uint8)   # mesh_substep_rows' once
+        self.builds = 0
 
 
 _SCRATCH = weakref.WeakKeyDictionary()
@@ -700,6 +712,9 @@ _SCRATCH = weakref.WeakKeyDictionary()
 # a step's grid: a vertex thrown farther by its constraints in one step
 # than this would not see the triangles beyond.
 CULL_MARGIN = 0.1
+# A still collider's grid is culled to this much (m) more, so the cloth can
+# move a while before it is built again.
+STILL_SLACK = 0.25
 
 
 def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
@@ -723,6 +738,7 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
     if (scratch is None or scratch.tris.shape != tris.shape or scratch.near.shape[0] != model.n
             or not np.array_equal(scratch.tris, tris)):
         scratch = _SCRATCH[model] = _MeshStep(tris, model.n)
+    still = v1 is v0 or np.array_equal(v0, v1)
     if pos is None:
         lo = np.full(3, -3e38, np.float32)
         hi = np.full(3, 3e38, np.float32)
@@ -730,10 +746,24 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
         reach = CULL_MARGIN + 2.0 * dt * float(np.sqrt((vel.astype(np.float64) ** 2).sum(axis=0).max()))
         lo = (pos.min(axis=1) - reach).astype(np.float32)
         hi = (pos.max(axis=1) + reach).astype(np.float32)
-    grid, start, items, tcell, sel = build_grid(v0, v1, tris, tparam, np.float32(pad), scratch.nbr, lo, hi)
+    kept = scratch.still
+    if (still and kept is not None and kept[2] == float(pad) and np.all(lo >= kept[3]) and np.all(hi <= kept[4])
+            and np.array_equal(kept[0], v0) and kept[1] == tparam.tobytes()):
+        # Still, and the cloth inside the box it was culled to: the same grid,
+        # and the rows made once.
+        built = kept[5]
+    else:
+        if still and pos is not None:
+            lo = lo - np.float32(STILL_SLACK)
+            hi = hi + np.float32(STILL_SLACK)
+        built = build_grid(v0, v1, tris, tparam, np.float32(pad), scratch.nbr, lo, hi)
+        scratch.builds += 1
+        scratch.still = (v0.copy(), tparam.tobytes(), float(pad), lo, hi, built) if still else None
+        scratch.rows_once[0] = 1 if still else 0
+    grid, start, items, tcell, sel = built
     scratch.culled = tris.shape[0] - sel.shape[0]
     return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt),
-            scratch.near, scratch.nbr, sel)
+            scratch.near, scratch.nbr, sel, scratch.rows_once)
 
 
 # mesh_step_args' tuple for no triangle: run_general takes it where a step
@@ -744,4 +774,4 @@ NO_MESHES = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), np.zero
              np.zeros((0, 4), np.float32), np.array((0, 0, 0, 1, 1, 1, 1, 0), np.float32), np.zeros(2, np.int32),
              np.zeros(0, np.int32), np.zeros((0, 6), np.int32), np.zeros((0, TRI1_COLS), np.float32),
              np.zeros((0, 6), np.float32), np.float32(1.0), np.zeros(0, np.uint8), np.zeros((0, 3), np.int32),
-             np.zeros(0, np.int32))
+             np.zeros(0, np.int32), np.zeros(1, np.uint8))

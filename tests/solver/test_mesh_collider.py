@@ -256,7 +256,7 @@ def test_culling_changes_no_push():
     # pushes exactly as with every triangle binned.
     from drape.solver.colliders import mesh as mesh_mod
 
-    verts, tris = ms.box((-0.1, -0.1, 0.0), (3.0, 0.1, 0.2), 12)
+    verts, tris = ms.box((-0.1, -0.1, 0.0), (6.0, 0.1, 0.2), 24)
     rest, fi, fs = sheet(10, 0.3, 0.215)
     params = ClothParams(substeps=1)
     model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
@@ -273,9 +273,9 @@ def test_culling_changes_no_push():
             (state.positions, state.velocities) if cull else (None, None)))
         if cull:
             assert 0 < args[13].shape[0] < len(tris) // 3
-        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel = args
+        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once = args
         mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.0), np.float32(1.0), inv_dt, np.float32(0.0),
-                                   nbr, tri1, tbox, sel)
+                                   nbr, tri1, tbox, sel, once)
         pos = state.positions.copy()
         contact = np.zeros((7, model.n), np.float32)
         clist = np.zeros(model.n, np.uint32)
@@ -286,6 +286,41 @@ def test_culling_changes_no_push():
     assert out[0][2] == out[1][2]
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+def test_a_still_collider_keeps_its_grid_until_it_or_the_cloth_moves():
+    # A sheet settles on a still box: the step keeps the box's grid and its
+    # triangles' rows (mesh_step_args) instead of making them every step.
+    # Then the box rises 5 cm in one step and is still again: the sheet must
+    # be pushed up with it and stay on it, not be left inside (the grid of
+    # the box where it was must not be kept).
+    from drape.solver.colliders import mesh as mesh_mod
+
+    verts, tris = ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.4), 3)
+    rest, fi, fs = sheet(16, 1.0, 0.45)
+    params = ClothParams(substeps=2)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
+    state = model.new_state()
+    for f in range(60):
+        step(model, state, StepInputs(meshes=static(verts, tris)(f)), DT, params)
+    builds = mesh_mod._SCRATCH[model].builds
+    assert builds < 20
+    lifted = verts + np.float32([0.0, 0.0, 0.05])
+    rise = [MeshCollider(verts0=verts, verts1=lifted, tris=tris, thickness=TH)]
+    for f in range(4):
+        step(model, state, StepInputs(meshes=rise if f == 0 else static(lifted, tris)(f)), DT, params)
+        x = state.positions_aos()
+        assert ms.penetration(x, lifted, tris).max() <= KEEP + 1e-4, f
+    assert mesh_mod._SCRATCH[model].builds > builds
+    over = (np.abs(rest[:, 0]) < 0.2) & (np.abs(rest[:, 1]) < 0.2)
+    assert np.all(x[over, 2] > 0.45)
+    # The still box put 3 m away from one step to the next: the sheet falls
+    # where it was (a grid or rows kept from the box's old place would hold
+    # it up).
+    away = lifted + np.float32([3.0, 0.0, 0.0])
+    for f in range(40):
+        step(model, state, StepInputs(meshes=static(away, tris)(f)), DT, params)
+    assert np.all(state.positions_aos()[over, 2] < 0.3)
 
 
 def plane_mesh(z, size=2.0, n=4, flip=False):
