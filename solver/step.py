@@ -167,7 +167,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             boxes = inputs.boxes.packed()
         if inputs.meshes is not None:
             meshes = mesh_step_args(model, inputs.meshes, dt, model.collider_offset_max,
-                                    params.collision_margin, state.positions, state.velocities)
+                                    params.collision_margin, state.positions, state.velocities, targets)
     if pin_weight is not None:
         old = model.pin_weight
         if model.set_pin_weight(pin_weight):

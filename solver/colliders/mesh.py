@@ -717,7 +717,7 @@ CULL_MARGIN = 0.1
 STILL_SLACK = 0.25
 
 
-def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
+def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None, pin_ends=None):
     """The tuple loop.run_general takes for these mesh colliders this step
     (None when there is no triangle): the packed meshes, their grid and the
     substep scratch. pad: the largest collider offset of a vertex. margin:
@@ -725,8 +725,9 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
     to every collider's thickness as capsules, planes and boxes add it to
     their distance. pos, vel ((3, n), the cloth at the step's start): only
     the triangles that can come near the cloth this step are binned and
-    get substep rows (build_grid: its box, and twice its fastest
-    vertex's travel over the step, plus CULL_MARGIN); without them, all."""
+    get substep rows (build_grid: its box, and where its pinned vertices
+    go this step, pin_ends (3, n), grown by twice its fastest vertex's
+    travel and CULL_MARGIN); without them, all."""
     packed = pack_meshes(meshes)
     if packed is None:
         return None
@@ -744,8 +745,15 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None):
         hi = np.full(3, 3e38, np.float32)
     else:
         reach = CULL_MARGIN + 2.0 * dt * float(np.sqrt((vel.astype(np.float64) ** 2).sum(axis=0).max()))
-        lo = (pos.min(axis=1) - reach).astype(np.float32)
-        hi = (pos.max(axis=1) + reach).astype(np.float32)
+        lo, hi = pos.min(axis=1), pos.max(axis=1)
+        if pin_ends is not None:
+            # A pin animated fast from rest drags its cloth farther than the
+            # velocities say.
+            ends = pin_ends[:, model.pin_weight > 0]
+            if ends.shape[1]:
+                lo, hi = np.minimum(lo, ends.min(axis=1)), np.maximum(hi, ends.max(axis=1))
+        lo = (lo - reach).astype(np.float32)
+        hi = (hi + reach).astype(np.float32)
     kept = scratch.still
     if (still and kept is not None and kept[2] == float(pad) and np.all(lo >= kept[3]) and np.all(hi <= kept[4])
             and np.array_equal(kept[0], v0) and kept[1] == tparam.tobytes()):

@@ -288,6 +288,26 @@ def test_culling_changes_no_push():
     np.testing.assert_array_equal(out[0][1], out[1][1])
 
 
+def test_the_grid_reaches_where_the_pins_go():
+    # A sheet pinned along one edge, 2 m from a box, its pins animated onto
+    # the box's side within the step: the step must bin the box's triangles
+    # (the velocities, still zero, do not say the cloth is coming).
+    from drape.solver.colliders import mesh as mesh_mod
+
+    verts, tris = ms.box((1.8, -0.3, 0.0), (2.4, 0.3, 0.6), 2)
+    rest, fi, fs = sheet(8, 0.4, 1.0)
+    pin = (rest[:, 1] > 0.19).astype(np.float64)
+    params = ClothParams(substeps=1)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    state = model.new_state()
+    ends = (rest + np.float32([1.6, 0.0, -0.5])).T.astype(np.float32).copy()
+    collider = [MeshCollider(verts0=verts, verts1=verts + np.float32([0.0, 0.0, 0.001]), tris=tris, thickness=TH)]
+    quiet = mesh_mod.mesh_step_args(model, collider, DT, 0.0, MARGIN, state.positions, state.velocities)
+    assert quiet[13].shape[0] == 0
+    pulled = mesh_mod.mesh_step_args(model, collider, DT, 0.0, MARGIN, state.positions, state.velocities, ends)
+    assert pulled[13].shape[0] > 0
+
+
 def test_a_still_collider_keeps_its_grid_until_it_or_the_cloth_moves():
     # A sheet settles on a still box: the step keeps the box's grid and its
     # triangles' rows (mesh_step_args) instead of making them every step.
