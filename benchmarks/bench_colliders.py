@@ -18,6 +18,9 @@ Cases:
   body's lower part, as a skirt's panel: the triangles the step keeps
   (triangles_binned, of 19,998: those within the cloth's reach) and ms per
   step with and without the mesh collider.
+- mesh_collider_still_body_20k: the draped sheet on the body held still
+  (verts1 None: the step keeps the grid and the triangles' rows while it
+  stays so), ms per step with and without the mesh collider.
 - mesh_broad_phase_body_20k: the broad phase the solver keeps (a uniform
   grid rebuilt per step) against a BVH built once and refitted per step:
   build or refit, and listing every vertex's candidate triangles. Quality: the
@@ -333,6 +336,32 @@ def drape_case(warm, steps, quality_every):
     return on["median"], worst
 
 
+def still_case(warm, steps):
+    """The draped sheet on the still body (see the module doc)."""
+    rest, fi, fs, pin = sheet()
+    params = ClothParams(substeps=2)
+    body, tris = body_rest()
+    collider = MeshCollider(verts0=body_at(body, 0.0), tris=tris, thickness=THICKNESS)
+    runs = []
+    for with_mesh in (True, False):
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+        runs.append((with_mesh, model, model.new_state()))
+    times = {True: [], False: []}
+    for i in range(warm + steps):
+        for with_mesh, model, state in runs:
+            t = time.thread_time()
+            step(model, state, StepInputs(meshes=[collider]) if with_mesh else None, DT, params)
+            if i >= warm:
+                times[with_mesh].append((time.thread_time() - t) * 1e3)
+    worst = float(mesh_scenes.penetration(runs[0][2].positions_aos(), collider.verts0, tris).max())
+    on, off = spread(times[True]), spread(times[False])
+    emit(bench="colliders", case="mesh_collider_still_body_20k", vertices=int(runs[0][1].n),
+         triangles=int(tris.shape[0]), substeps=2, steps=steps,
+         grid_builds=int(mesh_mod._SCRATCH[runs[0][1]].builds),
+         ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"],
+         max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())
+
+
 def panel_case(warm, steps):
     """The skirt-panel scene (see the module doc)."""
     nv = 40
@@ -438,6 +467,7 @@ def main(argv=None):
     warm, steps = (10, 10) if args.quick else (60, 120)
     log(f"mesh collider: {warm} warm-up and {steps} measured steps")
     drape_ms, drape_pen = drape_case(warm, steps, quality_every=20)
+    still_case(warm, steps)
     panel_case(warm, steps)
     if not args.no_blender:
         try:
