@@ -270,41 +270,63 @@ def broad_phase_case(state, model, collider, repeats=30):
          note="per step: one build or refit, two substeps of queries; the solver keeps the grid")
 
 
-def drape_case(warm, steps, quality_every):
-    rest, fi, fs, pin = sheet()
-    params = ClothParams(substeps=2)
-    body, tris = body_rest()
+def lockstep(rest, fi, fs, pin, params, collider_at, warm, steps, after=None):
+    """The cloth stepped with the mesh collider collider_at(i) at step i and
+    without it, in lockstep (step i of each, then step i + 1) so both see
+    the same moments of a shared machine; after(i, model, state, collider)
+    runs after each step of the one with it. Returns that one's model and
+    state, and the spreads of ms per measured step with and without the
+    collider."""
     runs = []
     for with_mesh in (True, False):
         model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
         runs.append((with_mesh, model, model.new_state()))
     times = {True: [], False: []}
-    worst = 0.0
-    grid_ms = []
-    binned = []
     for i in range(warm + steps):
-        v0, v1 = body_at(body, i * DT), body_at(body, (i + 1) * DT)
-        collider = MeshCollider(verts0=v0, verts1=v1, tris=tris, thickness=THICKNESS)
+        collider = collider_at(i)
         for with_mesh, model, state in runs:
-            inputs = StepInputs(meshes=[collider]) if with_mesh else None
             t = time.thread_time()
-            step(model, state, inputs, DT, params)
+            step(model, state, StepInputs(meshes=[collider]) if with_mesh else None, DT, params)
             if i >= warm:
                 times[with_mesh].append((time.thread_time() - t) * 1e3)
-        if i >= warm:
-            # The mesh collider's set-up of a step as the solver does it:
-            # pack, cull to the cloth's reach, bin.
-            model, state = runs[0][1], runs[0][2]
-            t = time.thread_time()
-            args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
-                                           state.velocities)
-            grid_ms.append((time.thread_time() - t) * 1e3)
-            binned.append(int(args[13].shape[0]))
-            if (i - warm) % quality_every == quality_every - 1 or i == warm + steps - 1:
-                x = runs[0][2].positions_aos()
-                worst = max(worst, float(mesh_scenes.penetration(x, v1, tris).max()))
+        if after is not None:
+            after(i, runs[0][1], runs[0][2], collider)
+    return runs[0][1], runs[0][2], spread(times[True]), spread(times[False])
+
+
+def deforming(body, tris):
+    """collider_at for lockstep: the body moving over step i."""
+    return lambda i: MeshCollider(verts0=body_at(body, i * DT), verts1=body_at(body, (i + 1) * DT), tris=tris,
+                                  thickness=THICKNESS)
+
+
+def drape_case(warm, steps, quality_every):
+    rest, fi, fs, pin = sheet()
+    params = ClothParams(substeps=2)
+    body, tris = body_rest()
+    worst = [0.0]
+    grid_ms = []
+    binned = []
+
+    def after(i, model, state, collider):
+        if i < warm:
+            return
+        # The mesh collider's set-up of a step as the solver does it:
+        # pack, cull to the cloth's reach, bin.
+        t = time.thread_time()
+        args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
+                                       state.velocities)
+        grid_ms.append((time.thread_time() - t) * 1e3)
+        binned.append(int(args[13].shape[0]))
+        if (i - warm) % quality_every == quality_every - 1 or i == warm + steps - 1:
+            x = state.positions_aos()
+            worst[0] = max(worst[0], float(mesh_scenes.penetration(x, collider.verts1, tris).max()))
+
+    collider_at = deforming(body, tris)
+    model, state, on, off = lockstep(rest, fi, fs, pin, params, collider_at, warm, steps, after)
+    collider = collider_at(warm + steps - 1)
+    worst = worst[0]
     # The projection alone, on the final state (one call, the grid of the last step).
-    model, state = runs[0][1], runs[0][2]
     args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
                                    state.velocities)
     v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once = args
@@ -326,7 +348,6 @@ def drape_case(warm, steps, quality_every):
                                     grid, start, items, tcell, near, contact, clist, np.int64(0))
         edge_proj.append((time.thread_time() - t) * 1e3)
     broad_phase_case(state, model, collider)
-    on, off = spread(times[True]), spread(times[False])
     emit(bench="colliders", case="mesh_collider_body_20k", vertices=int(model.n), triangles=int(tris.shape[0]),
          substeps=2, steps=steps, broad_phase="grid",
          ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"], target_ratio=2.0,
@@ -339,25 +360,12 @@ def drape_case(warm, steps, quality_every):
 def still_case(warm, steps):
     """The draped sheet on the still body (see the module doc)."""
     rest, fi, fs, pin = sheet()
-    params = ClothParams(substeps=2)
     body, tris = body_rest()
     collider = MeshCollider(verts0=body_at(body, 0.0), tris=tris, thickness=THICKNESS)
-    runs = []
-    for with_mesh in (True, False):
-        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
-        runs.append((with_mesh, model, model.new_state()))
-    times = {True: [], False: []}
-    for i in range(warm + steps):
-        for with_mesh, model, state in runs:
-            t = time.thread_time()
-            step(model, state, StepInputs(meshes=[collider]) if with_mesh else None, DT, params)
-            if i >= warm:
-                times[with_mesh].append((time.thread_time() - t) * 1e3)
-    worst = float(mesh_scenes.penetration(runs[0][2].positions_aos(), collider.verts0, tris).max())
-    on, off = spread(times[True]), spread(times[False])
-    emit(bench="colliders", case="mesh_collider_still_body_20k", vertices=int(runs[0][1].n),
-         triangles=int(tris.shape[0]), substeps=2, steps=steps,
-         grid_builds=int(mesh_mod._SCRATCH[runs[0][1]].builds),
+    model, state, on, off = lockstep(rest, fi, fs, pin, ClothParams(substeps=2), lambda i: collider, warm, steps)
+    worst = float(mesh_scenes.penetration(state.positions_aos(), collider.verts0, tris).max())
+    emit(bench="colliders", case="mesh_collider_still_body_20k", vertices=int(model.n),
+         triangles=int(tris.shape[0]), substeps=2, steps=steps, grid_builds=int(mesh_mod._SCRATCH[model].builds),
          ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"],
          max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())
 
@@ -368,29 +376,17 @@ def panel_case(warm, steps):
     rest, fi, fs = oracles.grid_sheet(nv - 1, nv - 1, 0.5, plane="xz")
     rest = rest + (-0.25, -0.25, 0.1)
     pin = (rest[:, 2] > rest[:, 2].max() - 1e-6).astype(np.float64)
-    params = ClothParams(substeps=2)
     body, tris = body_rest()
-    runs = []
-    for with_mesh in (True, False):
-        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
-        runs.append((with_mesh, model, model.new_state()))
-    times = {True: [], False: []}
     binned = []
-    worst = 0.0
-    for i in range(warm + steps):
-        v0, v1 = body_at(body, i * DT), body_at(body, (i + 1) * DT)
-        collider = MeshCollider(verts0=v0, verts1=v1, tris=tris, thickness=THICKNESS)
-        for with_mesh, model, state in runs:
-            t = time.thread_time()
-            step(model, state, StepInputs(meshes=[collider]) if with_mesh else None, DT, params)
-            if i >= warm:
-                times[with_mesh].append((time.thread_time() - t) * 1e3)
-                if with_mesh:
-                    binned.append(tris.shape[0] - mesh_mod._SCRATCH[model].culled)
-        if i == warm + steps - 1:
-            worst = float(mesh_scenes.penetration(runs[0][2].positions_aos(), v1, tris).max())
-    on, off = spread(times[True]), spread(times[False])
-    emit(bench="colliders", case="mesh_collider_panel_on_body_20k", vertices=int(runs[0][1].n),
+
+    def after(i, model, state, collider):
+        if i >= warm:
+            binned.append(tris.shape[0] - mesh_mod._SCRATCH[model].culled)
+
+    collider_at = deforming(body, tris)
+    model, state, on, off = lockstep(rest, fi, fs, pin, ClothParams(substeps=2), collider_at, warm, steps, after)
+    worst = float(mesh_scenes.penetration(state.positions_aos(), collider_at(warm + steps - 1).verts1, tris).max())
+    emit(bench="colliders", case="mesh_collider_panel_on_body_20k", vertices=int(model.n),
          triangles=int(tris.shape[0]), substeps=2, steps=steps, triangles_binned=int(np.median(binned)),
          ms_per_step_mesh=on, ms_per_step_no_mesh=off, ratio=on["median"] / off["median"],
          max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())

@@ -17,6 +17,7 @@ import pytest
 import mesh_scenes as ms
 import oracles
 from drape.solver import ClothParams, MeshCollider, SolverError, StepInputs, build_model, step, vertex_masses
+from drape.solver.colliders import mesh as mesh_mod
 from drape.solver.colliders.mesh import pack_meshes
 
 DT = 1.0 / 60.0
@@ -34,16 +35,21 @@ def sheet(nq, size, z, centre=(0.0, 0.0)):
     return rest, fi, fs
 
 
+def cloth(rest, fi, fs, params, pin=None):
+    """(model, state) of a cloth of density 0.2, free unless pinned."""
+    pin = np.zeros(len(rest)) if pin is None else pin
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    return model, model.new_state()
+
+
 def simulate(rest, fi, fs, colliders_at, frames, substeps=2, pin=None, params=None, every=None):
     """Step a cloth `frames` times; colliders_at(frame) -> list of
     MeshCollider for that step. Returns the final positions and, with
     every=k, the positions of every k-th frame (simulate.triangles: the
     cloth's triangles)."""
     params = params or ClothParams(substeps=substeps)
-    pin = np.zeros(len(rest)) if pin is None else pin
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
+    model, state = cloth(rest, fi, fs, params, pin)
     simulate.triangles = model.triangles
-    state = model.new_state()
     seen = []
     for f in range(frames):
         step(model, state, StepInputs(meshes=colliders_at(f)), DT, params)
@@ -214,8 +220,7 @@ def test_fast_collider_does_not_tunnel(speed, substeps):
 
     frames = int(np.ceil(0.6 / rise)) + 5
     params = ClothParams(substeps=substeps)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params, pin)
     for f in range(frames):
         step(model, state, StepInputs(meshes=at(f)), DT, params)
         x = state.positions_aos()
@@ -236,8 +241,7 @@ def test_a_sheet_thrown_at_a_box_from_afar_does_not_pass_it(speed, substeps):
     verts, tris = ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.4), 3)
     rest, fi, fs = sheet(16, 0.8, 1.6)
     params = ClothParams(substeps=substeps)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params)
     state.velocities[2, :] = -speed
     lowest = []
     for f in range(int(1.6 / speed * 60) + 20):
@@ -254,13 +258,10 @@ def test_culling_changes_no_push():
     # A small sheet over one end of a long bar of many triangles: the step
     # bins only the triangles near the sheet, and the vertex pass then
     # pushes exactly as with every triangle binned.
-    from drape.solver.colliders import mesh as mesh_mod
-
     verts, tris = ms.box((-0.1, -0.1, 0.0), (6.0, 0.1, 0.2), 24)
     rest, fi, fs = sheet(10, 0.3, 0.215)
     params = ClothParams(substeps=1)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params)
     # Pushed into the bar's top from over it, and moving, as within a step.
     rng = np.random.default_rng(3)
     model.prev[:] = state.positions
@@ -292,14 +293,11 @@ def test_the_grid_reaches_where_the_pins_go():
     # A sheet pinned along one edge, 2 m from a box, its pins animated onto
     # the box's side within the step: the step must bin the box's triangles
     # (the velocities, still zero, do not say the cloth is coming).
-    from drape.solver.colliders import mesh as mesh_mod
-
     verts, tris = ms.box((1.8, -0.3, 0.0), (2.4, 0.3, 0.6), 2)
     rest, fi, fs = sheet(8, 0.4, 1.0)
     pin = (rest[:, 1] > 0.19).astype(np.float64)
     params = ClothParams(substeps=1)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), pin, params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params, pin)
     ends = (rest + np.float32([1.6, 0.0, -0.5])).T.astype(np.float32).copy()
     collider = [MeshCollider(verts0=verts, verts1=verts + np.float32([0.0, 0.0, 0.001]), tris=tris, thickness=TH)]
     quiet = mesh_mod.mesh_step_args(model, collider, DT, 0.0, MARGIN, state.positions, state.velocities)
@@ -314,13 +312,10 @@ def test_a_still_collider_keeps_its_grid_until_it_or_the_cloth_moves():
     # Then the box rises 5 cm in one step and is still again: the sheet must
     # be pushed up with it and stay on it, not be left inside (the grid of
     # the box where it was must not be kept).
-    from drape.solver.colliders import mesh as mesh_mod
-
     verts, tris = ms.box((-0.3, -0.3, 0.0), (0.3, 0.3, 0.4), 3)
     rest, fi, fs = sheet(16, 1.0, 0.45)
     params = ClothParams(substeps=2)
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params)
     for f in range(60):
         step(model, state, StepInputs(meshes=static(verts, tris)(f)), DT, params)
     builds = mesh_mod._SCRATCH[model].builds
@@ -413,8 +408,7 @@ def test_bad_input_names_the_collider_and_field():
     ]
     rest, fi, fs = sheet(4, 0.5, 2.0)
     params = ClothParams()
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
-    state = model.new_state()
+    model, state = cloth(rest, fi, fs, params)
     before = state.positions.copy()
     for kw, message in cases:
         with pytest.raises(SolverError, match=r"'Chair'.*" + message.replace("(", r"\(").replace(")", r"\)")):
