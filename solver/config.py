@@ -25,7 +25,7 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "air_drag", "air_density", "cd", "cl",              # drag, and the wind model's coefficients
     "margin", "mu_s", "mu_k",                           # colliders: offset, friction
     "maxv",                                             # speed limit, m/s (0 = none)
-    "use_tethers", "use_wind", "use_accel", "use_limits",
+    "use_tethers", "use_wind", "use_accel", "use_limits", "use_hierarchy",
     "substeps", "iterations",
     "coff_max",      # largest per-vertex collider offset (capsule boxes grow by it)
     "bend_curved",   # 1: some bending element has a curved rest shape (rest norm != 0)

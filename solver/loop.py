@@ -7,7 +7,8 @@ For each substep:
      kinematic pins at their interpolated targets, and the swept capsule
      contacts of each vertex's path (integrate.advance_vertices; with wind,
      integrate.predict and colliders.capsule.generate_contacts);
-  3. iterations of the constraints: stretch, shear, bend, stretch limits,
+  3. iterations of the constraints: the multilevel stretch's coarse levels
+     (when on), stretch, shear, bend, stretch limits,
      tethers, soft pins, then this step's frozen self contacts, then the
      colliders' projection (last, so the colliders win) and the capsule
      contacts of the edges and faces between the vertices (colliders.edges);
@@ -43,6 +44,7 @@ from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_dis
 from .constraints.bending import solve_bending_colours
 from .constraints.distance import solve_distance_colours
 from .constraints.pins import solve_soft_pins
+from .constraints.hierarchy import solve_hierarchy4
 from .constraints.pressure import PressureRecord, solve_pressure
 from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
 from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
@@ -95,7 +97,8 @@ def finish_substep(pos, prev, vel, cfg, contact, clist, ccount):
 
 def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes, colliders, hit, entry, cmask,
          contact, stretch_arrays, shear_arrays, bend_arrays, tether_arrays, limits_arrays, sewing_arrays,
-         pressure_arrays, skinned_arrays, soft_lam, surface, self_contacts, boxes, box_scratch, meshes=None):
+         pressure_arrays, skinned_arrays, hierarchy_arrays, soft_lam, surface, self_contacts, boxes, box_scratch,
+         meshes=None):
     """Advance the state one step (config[0]: config.CONFIG); returns the
     number of non-finite velocities (0 = fine).
 
@@ -216,7 +219,12 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         for _ in range(iterations):
             # ---- constraints
             count = -1
+            use_hierarchy = cfg.use_hierarchy != F0
             if GENERAL and not fast:
+                if use_hierarchy:
+                    to_aos4(pos, p4)
+                    solve_hierarchy4(p4, *hierarchy_arrays)
+                    from_aos4(p4, pos)
                 solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
                 if cfg.use_limits != F0:
                     solve_distance_fast(pos, limits.ab, limits.coef, True)
@@ -224,6 +232,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     solve_sewing(pos, sew.ab, sew.w, sew.coef)
             else:
                 to_aos4(pos, p4)
+                if use_hierarchy:
+                    solve_hierarchy4(p4, *hierarchy_arrays)
                 if THREADED:
                     solve_distance_colours(p4, stretch.ab_rec, stretch.coef, stretch_arrays[2], False)
                     solve_distance_colours(p4, shear.ab_rec, shear.coef, shear_arrays[2], False)
@@ -339,6 +349,7 @@ def _part_calls(part, n=8):
     ubox = tuple(f32(0) for _ in range(6))
     count, h = np.int64(0), f32(0)
     ends = np.zeros(n + 1, u32)
+    ends64 = np.zeros(n + 1, np.int64)
     tris = np.zeros((3, n), u32)
     flag = types.literal
     if part == "sweep":
@@ -351,6 +362,8 @@ def _part_calls(part, n=8):
             (capsule_boxes_into, (cap1, cap1, h, box1)),
             (swept_box_union, (box1,)),
             (to_aos4, (rows, flat)),
+            (solve_hierarchy4, (flat, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
+                                ends64)),
             (solve_distance_fast4, (flat, index, flat, flag(False))),
             (solve_distance_fast4, (flat, index, flat, flag(True))),
             (solve_bending_fast4, (flat, index, flat, True)),

@@ -7,6 +7,7 @@ from .config import as_f32, as_u32
 from .colliders import collider_scratch
 from .colliders.edges import surface_edges
 from .constraints import BendingConstraints, DistanceConstraints, Tethers
+from .constraints.hierarchy import StretchHierarchy
 from .constraints.pressure import PressureConstraint
 from .constraints.sewing import SewingConstraints
 from .constraints.shrink import RestScale
@@ -75,6 +76,11 @@ class Model:
         self.limits = DistanceConstraints(limit_pairs, self.rest_positions, rest=limit_rest, relaxation=0.75,
                                           compliance="a_tether", scale="tether_scale", switch="use_limits")
         self.bend = BendingConstraints(self.rest_positions, self.triangles)
+        # Multilevel stretch (constraints/hierarchy.py), coarsened from the
+        # pinned vertices first.
+        fine = np.concatenate([self.stretch.pairs, self.shear.pairs])
+        self.hierarchy = StretchHierarchy(n, fine, np.concatenate([self.stretch.rest, self.shear.rest]),
+                                          np.asarray(pin_weight, np.float32).ravel() >= 1.0)
 
         t = self.triangles.astype(np.int64)
         tri_edges = topology.unique_pairs(np.concatenate([t[:, 0], t[:, 1], t[:, 2]]),
@@ -118,9 +124,9 @@ class Model:
     def constraints(self):
         """The constraint sets in the order the substep loop takes their
         records (loop._run's stretch, shear, bend, tether, limits, sewing,
-        pressure, skinned)."""
+        pressure, skinned, hierarchy)."""
         return (self.stretch, self.shear, self.bend, self.tethers, self.limits, self.sewing, self.pressure,
-                self.skinned)
+                self.skinned, self.hierarchy)
 
     # -- pins ---------------------------------------------------------------
 
@@ -148,6 +154,7 @@ class Model:
         self.stretch.set_inverse_masses(self.inv_mass)
         self.shear.set_inverse_masses(self.inv_mass)
         self.limits.set_inverse_masses(self.inv_mass)
+        self.hierarchy.set_inverse_masses(self.inv_mass)
         self.bend.set_inverse_masses(self.inv_mass)
         self.sewing.set_inverse_masses(self.inv_mass)
         self.pressure.set_inverse_masses(self.inv_mass)

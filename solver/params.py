@@ -68,6 +68,13 @@ class ClothParams:
     # from stretching where a collider shoves it or it hangs over an
     # obstacle, which tethers to the pins cannot see.
     stretch_limits: bool = True
+    # Multilevel stretch (constraints/hierarchy.py): coarse levels of the
+    # mesh solved first each iteration, their corrections interpolated down.
+    # Holds cloth pinned in several places or hung from a point without
+    # tethers; off by default until it is tried against the colliders (a
+    # sheet on a sphere slides off, cloth wrapped on a fast capsule is pulled
+    # into it: tests/solver/test_box_sphere.py, test_capsule_edges.py).
+    stretch_hierarchy: bool = False
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0
 

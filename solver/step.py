@@ -95,6 +95,7 @@ def _config(params, h):
     c["maxv"] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
     c["use_tethers"] = 1.0 if params.tethers else 0.0
     c["use_limits"] = 1.0 if params.stretch_limits else 0.0
+    c["use_hierarchy"] = 1.0 if params.stretch_hierarchy else 0.0
     c["use_edges"] = 1.0 if params.edge_contacts else 0.0
     c["substeps"] = int(params.substeps)
     c["iterations"] = int(params.iterations)

@@ -78,7 +78,7 @@ class RestScale:
     def __init__(self, model):
         self.model = model
         self.base_rest = {name: getattr(model, name).rest.astype(np.float64).copy()
-                          for name in ("stretch", "shear", "limits")}
+                          for name in ("stretch", "shear", "limits", "hierarchy")}
         self.weights = {}          # "shrink", "stretch", "shear", "bend": (n,) float32 group weights
         self.corner_uv = None
         self._uv_dirs = {}
@@ -175,11 +175,14 @@ class RestScale:
                 scale = aniso if scale is None else scale * aniso
             cons.alpha_scale = scale
             cons._coef_alpha = None
-        # The long-range stretch limits are upper bounds along paths of any
-        # direction: they grow with the larger of the warp and weft factors,
-        # so they never hold a growing cloth back.
-        limits = m.limits
-        if len(limits):
+        # The long-range stretch limits and the multilevel stretch's coarse
+        # constraints are upper bounds along paths of any direction: they grow
+        # with the larger of the warp and weft factors, so they never hold a
+        # growing cloth back.
+        for name in ("limits", "hierarchy"):
+            limits = getattr(m, name)
+            if not len(limits):
+                continue
             pairs = limits.pairs
             w = self.weights.get("shrink")
             s = np.full(len(pairs), float(p.shrink))
@@ -188,7 +191,7 @@ class RestScale:
             grow = max(1.0 - float(p.shrink_warp), 1.0 - float(p.shrink_weft))
             # Never shorter than modelled: limits that shrink first snap a
             # shrinking sheet into folds before its edges follow.
-            limits.rest[:] = self.base_rest["limits"] * np.maximum((1.0 - s) * grow, 1.0)
+            limits.rest[:] = self.base_rest[name] * np.maximum((1.0 - s) * grow, 1.0)
         bend = m.bend
         gw = self.weights.get("bend")
         if gw is not None and p.bend_weight_max != 1 and len(bend):

@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 
 import oracles
+from mesh_scenes import ADDON, half_cylinder as _half_cylinder, held_vertices
 from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, topology, vertex_masses
 from drape.solver import model as model_module
 
-# The add-on's defaults (properties.py) at 24 frames a second.
-ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
-             settle_damping=10.0, settle_speed=0.1)
 LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
-
-
-def held_vertices(rest, layout):
-    top, left, right = (np.isclose(rest[:, 2], 1.0), np.isclose(rest[:, 0], 0.0), np.isclose(rest[:, 0], 1.0))
-    return {"one_corner": top & left, "two_corners": top & (left | right), "one_edge": top,
-            "two_edges": left | right}[layout]
 
 
 def settled_strain(nx, layout, frames=96, **settings):
@@ -89,23 +81,6 @@ def test_without_tethers_the_default_solve_does_not_hold_a_sheet(layout):
     tethers from the defaults)."""
     s = settled_strain(30, layout, tethers=False)
     assert s.max() > 0.10
-
-
-def _half_cylinder(nu, nz, radius=0.3, height=1.0):
-    """A half cylinder (a prism of nu flat facets) around the z axis: rest,
-    faces, sizes and each vertex unrolled into the plane (the facets laid
-    side by side, so the straight line between two unrolled points is their
-    exact geodesic over the facets)."""
-    theta = np.linspace(0.0, np.pi, nu + 1)
-    zs = np.linspace(height, 0.0, nz + 1)
-    t, z = np.meshgrid(theta, zs)
-    rest = np.stack([radius * np.cos(t.ravel()), radius * np.sin(t.ravel()), z.ravel()], axis=1)
-    idx = np.arange((nu + 1) * (nz + 1)).reshape(nz + 1, nu + 1)
-    quads = np.stack([idx[:-1, :-1], idx[1:, :-1], idx[1:, 1:], idx[:-1, 1:]], axis=-1)
-    facet = 2.0 * radius * np.sin(np.pi / (2 * nu))
-    column = np.meshgrid(np.arange(nu + 1), zs)[0]
-    unrolled = np.stack([facet * column.ravel(), z.ravel()], axis=1)
-    return rest, quads.reshape(-1).astype(np.int64), np.full(nu * nz, 4, dtype=np.int64), unrolled
 
 
 @pytest.mark.parametrize("nu,nz", [(8, 10), (24, 30)])
