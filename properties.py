@@ -171,6 +171,14 @@ class DrapeClothSettings(PropertyGroup):
                                  "(times the tether scale). Stops stretching where a collider shoves the cloth "
                                  "or it hangs over something, which tethers to the pins cannot see",
                                  default=True)
+    stretch_hierarchy: BoolProperty(name="Multilevel stretch",
+                                    description="Solve coarse copies of the mesh first every iteration and "
+                                    "carry their corrections down, so a pull crosses the whole cloth at once: "
+                                    "cloth pinned in several places, or hanging from one point, stops "
+                                    "stretching like rubber at few substeps. Only resists stretching, never "
+                                    "folds or a curved rest shape. Experimental with colliders: cloth "
+                                    "lying on a sphere may slide off it",
+                                    default=False)
     tether_scale: FloatProperty(name="Tether scale",
                                 description="Allowed tether and stretch-limit length relative to rest",
                                 default=1.0, min=0.5, soft_max=1.5)

@@ -439,7 +439,7 @@ _ADDON_FIELDS = {
     "bend_compliance": "bend_compliance", "tether_compliance": "tether_compliance",
     "stretch_damping": "stretch_damping", "shear_damping": "shear_damping", "bend_damping": "bend_damping",
     "tethers": "tethers", "tether_scale": "tether_scale", "pin_compliance": "pin_compliance",
-    "stretch_limits": "stretch_limits",
+    "stretch_limits": "stretch_limits", "stretch_hierarchy": "stretch_hierarchy",
     "air_drag": "air_drag", "wind_drag": "drag_coefficient", "wind_lift": "lift_coefficient",
     "thickness": "collision_margin", "friction": "friction_kinetic",
 }

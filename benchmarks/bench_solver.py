@@ -138,13 +138,19 @@ def _pinned_model(nx, layout, params):
     return build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(np.float32), params)
 
 
-def pinned_sheet(nx, layout, frames=96, fps=24, tethers=True):
+# The long-range stretch solves compared on the pinned sheets: the
+# straight-row stretch limits (the default) and the multilevel stretch.
+STRETCH_SOLVES = {"hierarchy": dict(stretch_hierarchy=True, stretch_limits=False),
+                  "limits": dict(stretch_hierarchy=False, stretch_limits=True)}
+
+
+def pinned_sheet(nx, layout, frames=96, fps=24, tethers=True, solve="limits"):
     """A 1 m sheet of nx x nx quads hung by one corner, its two top corners,
     its top row or its left and right columns, at the add-on's defaults:
     ms per step and the edge strain once it has hung for `frames` frames
     (max_stretch: the largest l / rest - 1; mean_strain: the mean of
-    |l / rest - 1|, compression counts)."""
-    params = ClothParams(**ADDON_DEFAULTS, tethers=tethers)
+    |l / rest - 1|, compression counts). solve: a STRETCH_SOLVES key."""
+    params = ClothParams(**ADDON_DEFAULTS, tethers=tethers, **STRETCH_SOLVES[solve])
     model = _pinned_model(nx, layout, params)
     state = model.new_state()
     times = []
@@ -153,8 +159,9 @@ def pinned_sheet(nx, layout, frames=96, fps=24, tethers=True):
         step(model, state, None, 1.0 / fps, params)
         times.append(time.thread_time() - c0)
     s = edge_strain(state.positions_aos(), model.stretch.pairs, model.stretch.rest)
-    return dict(scene=f"pinned_sheet_{layout}" + ("" if tethers else "_no_tethers"), vertices=int(model.n),
-                substeps=params.substeps, threads=1, tethers=tethers, fps=fps, frames=frames,
+    return dict(scene=f"pinned_sheet_{layout}" + ("" if tethers else "_no_tethers") + ("" if solve == "limits" else
+                f"_{solve}"), vertices=int(model.n),
+                substeps=params.substeps, threads=1, tethers=tethers, stretch_solve=solve, fps=fps, frames=frames,
                 ms_per_step_median=round(median_ms(times[frames // 4:]), 4),
                 max_stretch=round(float(s.max()), 5), mean_strain=round(float(np.abs(s).mean()), 5))
 
@@ -350,8 +357,9 @@ def pinned_rows(quick):
     """The pinned-sheet and settling rows (--pinned runs only these)."""
     for nx in ((20, 50) if quick else (20, 50, 100)):
         for layout in PIN_LAYOUTS:
-            emit(**pinned_sheet(nx, layout))
-            emit(**pinned_sheet(nx, layout, tethers=False))
+            for solve in STRETCH_SOLVES:
+                emit(**pinned_sheet(nx, layout, solve=solve))
+                emit(**pinned_sheet(nx, layout, tethers=False, solve=solve))
     settling_rows()
 
 

@@ -162,6 +162,7 @@ def _draw_pins(self, context):
     col.prop_search(s, "pin_group", context.object, "vertex_groups")
     col.prop(s, "pin_stiffness")
     col.prop(s, "tethers")
+    col.prop(s, "stretch_hierarchy")
     col.prop(s, "stretch_limits")
     sub = col.column()
     sub.active = s.tethers or s.stretch_limits

@@ -264,6 +264,7 @@ def cloth_params(settings, scene, solver):
         tethers=settings.tethers,
         tether_scale=settings.tether_scale,
         stretch_limits=settings.stretch_limits,
+        stretch_hierarchy=settings.stretch_hierarchy,
         pin_compliance=settings.pin_compliance,
         air_drag=settings.air_drag,
         settle_damping=settings.settle_damping,

@@ -90,6 +90,7 @@ class _Cloth:
     tethers = True
     tether_scale = 1.0
     stretch_limits = True
+    stretch_hierarchy = False
     pin_compliance = 1e-3
     air_drag = 0.1
     settle_damping = 10.0
@@ -160,7 +161,7 @@ def _params(env, settings):
         bend_compliance=s.bend_compliance, tether_compliance=s.tether_compliance,
         stretch_damping=s.stretch_damping, shear_damping=s.shear_damping, bend_damping=s.bend_damping,
         tether_damping=s.tether_damping, tethers=s.tethers, tether_scale=s.tether_scale,
-        stretch_limits=s.stretch_limits, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
+        stretch_limits=s.stretch_limits, stretch_hierarchy=s.stretch_hierarchy, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
         settle_damping=s.settle_damping, settle_speed=s.settle_speed,
         drag_coefficient=s.wind_drag, lift_coefficient=s.wind_lift, collision_margin=s.thickness,
         friction_static=max(s.static_friction, s.friction), friction_kinetic=s.friction,

@@ -23,7 +23,7 @@ import results as bench_results  # noqa: E402
 # The tag columns every history table starts with, then the case, then the figures.
 _TAGS = ("timestamp", "commit", "cpu")
 _CASE = ("scene", "simulator", "quality", "vertices", "substeps", "threads", "tethers", "stretch_limits",
-         "self_collision")
+         "stretch_solve", "self_collision")
 # Figures a table shows when a record has them, headline first (the plot's y).
 _FIGURES = ("ms_per_step_median", "ms_per_frame_median", "ms_per_step_median_quiet", "speedup",
             "detect_ms_median", "ms_per_frame_overhead", "compile_cold_s", "compile_warm_cache_s",

@@ -15,6 +15,7 @@ drape.friction = 0.6
 drape.static_friction = 0.8
 drape.tethers = True
 drape.stretch_limits = True
+drape.stretch_hierarchy = False
 drape.tether_scale = 1.0
 drape.wind_drag = 0.9
 drape.wind_lift = 0.1

@@ -15,6 +15,7 @@ drape.friction = 0.2
 drape.static_friction = 0.3
 drape.tethers = True
 drape.stretch_limits = True
+drape.stretch_hierarchy = False
 drape.tether_scale = 1.0
 drape.wind_drag = 1.2
 drape.wind_lift = 0.5
