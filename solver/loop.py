@@ -223,7 +223,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             if GENERAL and not fast:
                 if use_hierarchy:
                     to_aos4(pos, p4)
-                    solve_hierarchy4(p4, *hierarchy_arrays)
+                    solve_hierarchy4(p4, hit, *hierarchy_arrays)
                     from_aos4(p4, pos)
                 solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
                 if cfg.use_limits != F0:
@@ -233,7 +233,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             else:
                 to_aos4(pos, p4)
                 if use_hierarchy:
-                    solve_hierarchy4(p4, *hierarchy_arrays)
+                    solve_hierarchy4(p4, hit, *hierarchy_arrays)
                 if THREADED:
                     solve_distance_colours(p4, stretch.ab_rec, stretch.coef, stretch_arrays[2], False)
                     solve_distance_colours(p4, shear.ab_rec, shear.coef, shear_arrays[2], False)
@@ -362,7 +362,7 @@ def _part_calls(part, n=8):
             (capsule_boxes_into, (cap1, cap1, h, box1)),
             (swept_box_union, (box1,)),
             (to_aos4, (rows, flat)),
-            (solve_hierarchy4, (flat, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
+            (solve_hierarchy4, (flat, hit, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
                                 ends64)),
             (solve_distance_fast4, (flat, index, flat, flag(False))),
             (solve_distance_fast4, (flat, index, flat, flag(True))),

@@ -71,9 +71,11 @@ class ClothParams:
     # Multilevel stretch (constraints/hierarchy.py): coarse levels of the
     # mesh solved first each iteration, their corrections interpolated down.
     # Holds cloth pinned in several places or hung from a point without
-    # tethers; off by default until it is tried against the colliders (a
-    # sheet on a sphere slides off, cloth wrapped on a fast capsule is pulled
-    # into it: tests/solver/test_box_sphere.py, test_capsule_edges.py).
+    # tethers; off by default until it holds against every collider: it
+    # leaves vertices that entered a capsule alone, but boxes, planes and
+    # mesh colliders do not mark theirs, and cloth wrapped on a fast capsule
+    # is still pulled into it (tests/solver/test_box_sphere.py,
+    # test_capsule_edges.py fail with it on).
     stretch_hierarchy: bool = False
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0

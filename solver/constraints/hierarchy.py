@@ -32,7 +32,8 @@ from ..hardware import rsqrt
 from ..jit import FLAT, PLAIN
 from .. import topology
 
-# What solve_hierarchy4 reads: the coarse constraints of every level,
+# What solve_hierarchy4 reads (after the vertices' capsule entries, hit):
+# the coarse constraints of every level,
 # coarsest first (ab: record offsets, coef: [ca, cb, rest, -] per
 # constraint, ends: where each level's constraints end), the coarse
 # vertices' record offsets (snap_rec) whose start-of-pass records snap
@@ -320,12 +321,15 @@ class StretchHierarchy:
 
 
 @njit(**FLAT)
-def solve_hierarchy4(p4, ab, coef, ends, snap_rec, snap, fine_rec, fine_scale, par_ends, par_rec, par_snap, par_w,
-                     fine_ends):
+def solve_hierarchy4(p4, hit, ab, coef, ends, snap_rec, snap, fine_rec, fine_scale, par_ends, par_rec, par_snap,
+                     par_w, fine_ends):
     """One pass over the coarse levels, coarsest first, on x, y, z, 0 records:
     each level's unilateral constraints, then the vertices of the level below
     move by the interpolated correction their coarse neighbours received
-    since the pass began."""
+    since the pass began. A vertex that entered a capsule this substep
+    (hit[i] != 0) is neither moved by a coarse constraint nor interpolated:
+    a correction of centimetres in one pass would carry it through the
+    capsule (a sheet dropped on a sphere tore and fell off it)."""
     for i in range(snap_rec.shape[0]):
         r = np.uint64(snap_rec[i])
         e = np.uint64(4 * i)
@@ -350,8 +354,8 @@ def solve_hierarchy4(p4, ab, coef, ends, snap_rec, snap, fine_rec, fine_scale, p
             if f <= F0:
                 continue
             dx, dy, dz, dw = dx * f, dy * f, dz * f, dw * f
-            sa = coef[e]
-            sb = coef[e + 1]
+            sa = coef[e] if hit[ia >> np.uint64(2)] == 0 else F0
+            sb = coef[e + 1] if hit[ib >> np.uint64(2)] == 0 else F0
             p4[ia] += sa * dx
             p4[ia + 1] += sa * dy
             p4[ia + 2] += sa * dz
@@ -362,7 +366,7 @@ def solve_hierarchy4(p4, ab, coef, ends, snap_rec, snap, fine_rec, fine_scale, p
             p4[ib + 3] -= sb * dw
         for j in range(fine_ends[lv], fine_ends[lv + 1]):
             s = fine_scale[j]
-            if s == F0:
+            if s == F0 or hit[np.uint64(fine_rec[j]) >> np.uint64(2)] != 0:
                 continue
             cx = F0
             cy = F0
