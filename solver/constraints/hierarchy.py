@@ -230,15 +230,14 @@ class StretchHierarchy:
             pairs, rest = gpairs, crest
         self.levels = len(levels_ab)
         # Coarsest first.
-        ab, coefs, ends = [], [], [0]
-        self._rest = []
+        ab, rests, ends = [], [], [0]
         for lab, lrest in zip(levels_ab[::-1], levels_rest[::-1]):
             order, _ = topology.colour_order(lab, self.n)
             ab.append(lab[order])
-            self._rest.append(lrest[order])
+            rests.append(lrest[order])
             ends.append(ends[-1] + len(lab))
         self.pairs = np.concatenate(ab) if ab else np.zeros((0, 2), np.int64)
-        self.rest = np.concatenate(self._rest) if self._rest else np.zeros(0)
+        self.rest = np.concatenate(rests) if rests else np.zeros(0)
         self.ends = np.asarray(ends, np.int64)
         self.ab = as_u32(self.pairs.reshape(-1) * 4)
         self.coef = np.zeros((len(self.pairs), 4), np.float32)
