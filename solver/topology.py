@@ -438,7 +438,12 @@ def stretch_limit_pairs(rest, edges, spans=STRETCH_LIMIT_SPANS, min_cos=0.7):
     a, b, length = _straight_walks(np.asarray(rest, np.float64), indptr, nbr,
                                    np.asarray(sorted(spans), np.int64), float(min_cos))
     keep = a != b
-    a, b, length = a[keep], b[keep], length[keep]
+    return shortest_pairs(a[keep], b[keep], length[keep], n)
+
+
+def shortest_pairs(a, b, length, n):
+    """Unique vertex pairs ((m, 2) int64, i < j) of the pairs (a, b) with
+    their lengths, each keeping its shortest length."""
     if len(a) == 0:
         return np.zeros((0, 2), np.int64), np.zeros(0)
     lo, hi = np.minimum(a, b), np.maximum(a, b)

@@ -9,6 +9,7 @@ import numba as nb
 import numpy as np
 
 import oracles
+from drape.solver import ClothParams, build_model, step, vertex_masses
 
 # The add-on's defaults (properties.py) at 24 frames a second.
 ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
@@ -197,3 +198,18 @@ def half_cylinder(nu, nz, radius=0.3, height=1.0):
     column = np.meshgrid(np.arange(nu + 1), zs)[0]
     unrolled = np.stack([facet * column.ravel(), z.ravel()], axis=1)
     return rest, quads.reshape(-1).astype(np.int64), np.full(nu * nz, 4, dtype=np.int64), unrolled
+
+
+def settled_strain(nx, layout, frames=96, **settings):
+    """Edge strains of a 1 m sheet of nx x nx quads hung in the XZ plane for
+    `frames` frames at 24 fps."""
+    rest, fi, fs = oracles.grid_sheet(nx, nx)
+    params = ClothParams(**{**ADDON, **settings})
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held_vertices(rest, layout).astype(float),
+                        params)
+    state = model.new_state()
+    for _ in range(frames):
+        step(model, state, None, 1 / 24, params)
+    x = state.positions_aos().astype(np.float64)
+    assert np.all(np.isfinite(x))
+    return oracles.edge_strain(x, model.stretch.pairs, rest)

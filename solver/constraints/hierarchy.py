@@ -170,19 +170,6 @@ def _parents(indptr, nbr, ln, coarse, pinned):
     return fv[:m], pv[:m], pl[:m]
 
 
-def _shortest(a, b, length, n):
-    """Unique pairs (a < b), each with its shortest length."""
-    if len(a) == 0:
-        return np.zeros((0, 2), np.int64), np.zeros(0)
-    key = a * n + b
-    order = np.lexsort((length, key))
-    key, length = key[order], length[order]
-    first = np.ones(len(key), bool)
-    first[1:] = key[1:] != key[:-1]
-    key, length = key[first], length[first]
-    return np.stack([key // n, key % n], axis=1), length
-
-
 class StretchHierarchy:
     """The coarse levels of a cloth's stretch (see the module docstring).
 
@@ -212,7 +199,7 @@ class StretchHierarchy:
             if coarse.sum() < MIN_COARSE_VERTICES:
                 break
             ca, cb, cl = _coarse_pairs(indptr, nbr, ln, coarse)
-            cpairs, crest = _shortest(ca, cb, cl, k)
+            cpairs, crest = topology.shortest_pairs(ca, cb, cl, k)
             if len(cpairs) == 0:
                 break
             # The interpolation: each vertex of this level that is not coarse

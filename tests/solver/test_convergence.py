@@ -9,26 +9,11 @@ import numpy as np
 import pytest
 
 import oracles
-from mesh_scenes import ADDON, half_cylinder as _half_cylinder, held_vertices
+from mesh_scenes import ADDON, half_cylinder as _half_cylinder, held_vertices, settled_strain
 from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, topology, vertex_masses
 from drape.solver import model as model_module
 
 LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
-
-
-def settled_strain(nx, layout, frames=96, **settings):
-    """Edge strains of a 1 m sheet of nx x nx quads hung in the XZ plane for
-    `frames` frames at 24 fps."""
-    rest, fi, fs = oracles.grid_sheet(nx, nx)
-    params = ClothParams(**{**ADDON, **settings})
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held_vertices(rest, layout).astype(float),
-                        params)
-    state = model.new_state()
-    for _ in range(frames):
-        step(model, state, None, 1 / 24, params)
-    x = state.positions_aos().astype(np.float64)
-    assert np.all(np.isfinite(x))
-    return oracles.edge_strain(x, model.stretch.pairs, rest)
 
 
 # One corner: the sheet swings 45 degrees in its own plane and the one

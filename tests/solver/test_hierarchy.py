@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import oracles
-from drape.solver import Capsules, ClothParams, StepInputs, build_model, step, vertex_masses
+from drape.solver import Capsules, ClothParams, StepInputs, build_model, step
 from drape.solver.constraints.hierarchy import solve_hierarchy4
-from mesh_scenes import ADDON, half_cylinder as _half_cylinder, held_vertices
+from mesh_scenes import half_cylinder as _half_cylinder, settled_strain
 
 
 def _irregular_sheet(n=14, seed=3):
@@ -131,18 +131,9 @@ def test_a_stretched_sheet_is_pulled_together_and_pins_stay():
     assert np.array_equal(multi.reshape(-1, 4)[pinned, :3], x[pinned].astype(np.float32))
 
 
-def _hung(nx, layout, substeps, hierarchy, frames=72):
-    rest, fi, fs = oracles.grid_sheet(nx, nx)
-    params = ClothParams(**{**ADDON, "substeps": substeps, "tethers": False, "stretch_limits": False,
-                            "stretch_hierarchy": hierarchy})
-    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15),
-                        held_vertices(rest, layout).astype(float), params)
-    state = model.new_state()
-    for _ in range(frames):
-        step(model, state, None, 1 / 24, params)
-    x = state.positions_aos().astype(np.float64)
-    assert np.all(np.isfinite(x))
-    return oracles.edge_strain(x, model.stretch.pairs, rest)
+def _hung(nx, layout, substeps, hierarchy):
+    return settled_strain(nx, layout, frames=72, substeps=substeps, tethers=False, stretch_limits=False,
+                          stretch_hierarchy=hierarchy)
 
 
 # Measured bounds with the hierarchy, tethers off (the default solve without
