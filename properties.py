@@ -176,8 +176,9 @@ class DrapeClothSettings(PropertyGroup):
                                     "carry their corrections down, so a pull crosses the whole cloth at once: "
                                     "cloth pinned in several places, or hanging from one point, stops "
                                     "stretching like rubber at few substeps. Only resists stretching, never "
-                                    "folds or a curved rest shape. Experimental: it can pull cloth into "
-                                    "boxes, planes, mesh colliders and fast capsules",
+                                    "folds or a curved rest shape, and leaves cloth touching a collider alone. "
+                                    "Experimental: at one substep a fast-turning box can still take cloth a few "
+                                    "millimetres into it",
                                     default=False)
     tether_scale: FloatProperty(name="Tether scale",
                                 description="Allowed tether and stretch-limit length relative to rest",

@@ -165,7 +165,7 @@ def _draw_pins(self, context):
     col.prop(s, "stretch_hierarchy")
     col.prop(s, "stretch_limits")
     sub = col.column()
-    sub.active = s.tethers or s.stretch_limits
+    sub.active = s.tethers or s.stretch_hierarchy or s.stretch_limits
     sub.prop(s, "tether_stiffness")
     sub.prop(s, "tether_scale")
 

@@ -44,7 +44,7 @@ from .constraints.distance import (DistanceRecord, FastDistanceRecord, solve_dis
 from .constraints.bending import solve_bending_colours
 from .constraints.distance import solve_distance_colours
 from .constraints.pins import solve_soft_pins
-from .constraints.hierarchy import solve_hierarchy4
+from .constraints.hierarchy import contact_gate, mark_touched, solve_hierarchy4
 from .constraints.pressure import PressureRecord, solve_pressure
 from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
 from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
@@ -155,6 +155,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     # (always so in `run`).
     fast = not use_lambda and cfg.d_stretch == F0 and cfg.d_shear == F0 and cfg.d_bend == F0
     use_tethers = cfg.use_tethers != F0
+    use_hierarchy = cfg.use_hierarchy != F0
+    # Without colliders nothing marks the hierarchy's gate (its marks from
+    # the step before, the last substep's contacts, are cleared at the end).
+    collides = has_contacts or use_boxes or (GENERAL and meshes is not None and meshes[2].shape[0] > 0)
     fast_tethers = fast and use_tethers and cfg.d_tether == F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
     h = cfg.h
@@ -196,11 +200,14 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             bad += advance_vertices(pos, vel, prev, inv_mass, cfg, accel, contact, clist, ccount, kin,
                                     pin_start, pin_end, t1, cap0, cap1, hit, entry, cmask, sub > 0, cand, sel,
                                     box0, sweep)
+        touched = ccount   # the substep before's contact list, for the gate
         ccount = np.int64(0)  # not a literal 0: the callees compile once
         if bad > 0:
             return bad
         if GENERAL and use_boxes:
             box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry, baabb)
+        if use_hierarchy and collides:
+            contact_gate(hierarchy_arrays[12], hit, bhit, clist, touched, sub > 0)
         if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
             # The mesh colliders' triangles at this substep's start and end.
             mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
@@ -219,11 +226,10 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         for _ in range(iterations):
             # ---- constraints
             count = -1
-            use_hierarchy = cfg.use_hierarchy != F0
             if GENERAL and not fast:
                 if use_hierarchy:
                     to_aos4(pos, p4)
-                    solve_hierarchy4(p4, hit, *hierarchy_arrays)
+                    solve_hierarchy4(p4, *hierarchy_arrays)
                     from_aos4(p4, pos)
                 solve_classes(pos, prev, cfg, ha, stretch, shear, bend, use_lambda)
                 if cfg.use_limits != F0:
@@ -233,7 +239,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
             else:
                 to_aos4(pos, p4)
                 if use_hierarchy:
-                    solve_hierarchy4(p4, hit, *hierarchy_arrays)
+                    solve_hierarchy4(p4, *hierarchy_arrays)
                 if THREADED:
                     solve_distance_colours(p4, stretch.ab_rec, stretch.coef, stretch_arrays[2], False)
                     solve_distance_colours(p4, shear.ab_rec, shear.coef, shear_arrays[2], False)
@@ -307,6 +313,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 solve_skinned(pos, skinned.vertex, skinned.radius, skinned.backstop, skinned.normal, skinned.coef,
                               pin_start, pin_end, t1)
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
+    if use_hierarchy:
+        mark_touched(hierarchy_arrays[12], clist, ccount)
     if cfg.settle_rate != F0 and bad == 0:
         settle_velocities(pos, vel, inv_mass, kin, pin_start, pin_end, h * np.float32(substeps), cfg.settle_rate,
                           cfg.settle_speed)
@@ -362,8 +370,10 @@ def _part_calls(part, n=8):
             (capsule_boxes_into, (cap1, cap1, h, box1)),
             (swept_box_union, (box1,)),
             (to_aos4, (rows, flat)),
-            (solve_hierarchy4, (flat, hit, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
-                                ends64)),
+            (contact_gate, (hit, hit, hit, ids, count, True)),
+            (solve_hierarchy4, (flat, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
+                                ends64, hit)),
+            (mark_touched, (hit, ids, count)),
             (solve_distance_fast4, (flat, index, flat, flag(False))),
             (solve_distance_fast4, (flat, index, flat, flag(True))),
             (solve_bending_fast4, (flat, index, flat, True)),

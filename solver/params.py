@@ -71,11 +71,12 @@ class ClothParams:
     # Multilevel stretch (constraints/hierarchy.py): coarse levels of the
     # mesh solved first each iteration, their corrections interpolated down.
     # Holds cloth pinned in several places or hung from a point without
-    # tethers; off by default until it holds against every collider: it
-    # leaves vertices that entered a capsule alone, but boxes, planes and
-    # mesh colliders do not mark theirs, and cloth wrapped on a fast capsule
-    # is still pulled into it (tests/solver/test_box_sphere.py,
-    # test_capsule_edges.py fail with it on).
+    # tethers, and leaves the vertices in contact with any collider alone
+    # (hierarchy.contact_gate). Off by default: at one substep a turning
+    # box takes cloth 3-9 mm into it (tests/solver/test_box_sphere.py); in
+    # place of the stretch limits it lets a coarse sheet's edge 10 mm into a
+    # box edge and leaves sheets hung by two edges at a higher mean strain;
+    # beside them the step costs about 45 % more.
     stretch_hierarchy: bool = False
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0

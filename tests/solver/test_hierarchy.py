@@ -39,7 +39,7 @@ def _graph(model):
 
 
 def _run_pass(h, p4):
-    solve_hierarchy4(p4, np.zeros(h.n, np.int32), *h.packed())
+    solve_hierarchy4(p4, *h.packed())
 
 
 def _aos4(x):
@@ -57,7 +57,9 @@ def test_levels_are_independent_sets_and_every_vertex_follows_them(sheet):
     below; every vertex of the level below that is not coarse is
     interpolated from coarse ones, with weights summing to one; and the
     coarse constraints' rest lengths are never shorter than the rest chord
-    (the pass can only pull cloth together where it is stretched)."""
+    (the pass can only pull cloth together where it is stretched). The
+    pass solves the constraints of every level but the finest
+    (hierarchy.SOLVE_FINEST_LEVEL)."""
     rest, fi, fs = SHEETS[sheet]()
     model = _model(rest, fi, fs)
     h = model.hierarchy
@@ -66,7 +68,11 @@ def test_levels_are_independent_sets_and_every_vertex_follows_them(sheet):
     members = np.arange(len(rest))
     # Finest first: the constraints were stored coarsest first.
     for lv in range(h.levels - 1, -1, -1):
-        pairs = h.pairs[h.ends[lv]:h.ends[lv + 1]]
+        pairs = h.level_pairs[h.levels - 1 - lv]
+        solved = h.pairs[h.ends[lv]:h.ends[lv + 1]]
+        finest = lv == h.levels - 1
+        assert len(solved) == (0 if finest else len(pairs))
+        assert {frozenset(map(int, p)) for p in solved} <= {frozenset(map(int, p)) for p in pairs}
         coarse = np.unique(pairs)
         assert not any(frozenset((int(a), int(b))) in below for a, b in pairs), "coarse vertices adjacent below"
         fine = h.fine_vertices[h.fine_ends[lv]:h.fine_ends[lv + 1]]
@@ -76,7 +82,7 @@ def test_levels_are_independent_sets_and_every_vertex_follows_them(sheet):
             parents = h.par_vertices[h.par_ends[j]:h.par_ends[j + 1]]
             assert len(w) and abs(float(w.sum()) - 1.0) < 1e-5
             assert set(parents.tolist()) <= set(coarse.tolist())
-        chord = np.linalg.norm(rest[pairs[:, 0]] - rest[pairs[:, 1]], axis=1)
+        chord = np.linalg.norm(rest[solved[:, 0]] - rest[solved[:, 1]], axis=1)
         assert np.all(h.rest[h.ends[lv]:h.ends[lv + 1]] >= chord * (1 - 1e-6))
         below = {frozenset(map(int, p)) for p in pairs}
         members = coarse
