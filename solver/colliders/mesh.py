@@ -416,6 +416,8 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
         best = -1
         best_h0 = np.float32(3e38)
         best_s = F1
+        # A path box in one cell (most vertices) meets each triangle once.
+        single = cx0 == cx1 and cy0 == cy1 and cz0 == cz1
         for cz in range(cz0, cz1 + 1):
             for cy in range(cy0, cy1 + 1):
                 for cx in range(cx0, cx1 + 1):
@@ -428,9 +430,9 @@ def project_meshes(pos, prev, inv_mass, cmask, tparam, tri1, tbox, grid, start, 
                         # Each pair once: in the cell of the lowest corner both
                         # boxes share (the substep box lies in the step box the
                         # grid binned, so the triangle is listed there too).
-                        if (cx != _cell(max(lx, tbox[j, 0]), ox, inv, nx)
-                                or cy != _cell(max(ly, tbox[j, 1]), oy, inv, ny)
-                                or cz != _cell(max(lz, tbox[j, 2]), oz, inv, nz)):
+                        if not single and (cx != _cell(max(lx, tbox[j, 0]), ox, inv, nx)
+                                           or cy != _cell(max(ly, tbox[j, 1]), oy, inv, ny)
+                                           or cz != _cell(max(lz, tbox[j, 2]), oz, inv, nz)):
                             continue
                         if tri1[j, 20] != F0:
                             near[i] = 1
