@@ -98,14 +98,16 @@ def test_the_inside_oracle_against_the_sphere_it_faces():
     assert np.abs(depth - analytic).max() <= 0.4 * (1 - np.cos(np.pi / 16)) + 1e-9
 
 
+@pytest.mark.parametrize("hierarchy", [False, True], ids=["limits", "hierarchy"])
 @pytest.mark.parametrize("substeps", [1, 3])
 @pytest.mark.parametrize("scene", sorted(SCENES))
-def test_dropped_sheet_rests_on_closed_mesh(scene, substeps):
+def test_dropped_sheet_rests_on_closed_mesh(scene, substeps, hierarchy):
     make, size = SCENES[scene]
     verts, tris = make()
     top = float(verts[:, 2].max())
     rest, fi, fs = sheet(24, size, top + 0.05)
-    x, seen = simulate(rest, fi, fs, static(verts, tris), 75, substeps, every=15)
+    params = ClothParams(substeps=substeps, stretch_hierarchy=hierarchy)
+    x, seen = simulate(rest, fi, fs, static(verts, tris), 75, substeps, params=params, every=15)
     for frame in seen + [x]:
         assert np.isfinite(frame).all()
         assert ms.penetration(frame, verts, tris).max() <= KEEP + 1e-4
