@@ -58,7 +58,8 @@ MAX_LEVELS = 8
 # interpolation, but its constraints are not solved: the mesh's own edges
 # and the tethers carry a pull that far within the substep. On hung
 # 100x100 sheets they changed the settled strain by a few percent of itself
-# either way and took 60 % of the pass (10,100 of 13,448 constraints).
+# either way and took about a third of the pass's time (10,100 of its
+# 13,448 constraints).
 SOLVE_FINEST_LEVEL = False
 
 
@@ -328,10 +329,10 @@ class StretchHierarchy:
 def contact_gate(gate, hit, bhit, clist, count, fresh):
     """The vertices the coarse pass leaves alone this substep (gate[i] !=
     0): those that entered a capsule (hit) or a box (bhit: empty without
-    boxes) this substep, and those a collider pushed in the substep before. fresh: the
-    contact list clist[:count] is that substep's; otherwise (a step's first
-    substep) the marks mark_touched left at the end of the step before
-    stand."""
+    boxes) this substep, and those a collider pushed in the substep before.
+    fresh: the contact list clist[:count] is that substep's; otherwise (a
+    step's first substep) the marks mark_touched left at the end of the step
+    before stand."""
     n = np.uint64(gate.shape[0])
     boxes = bhit.shape[0] == n
     for i in range(n):
