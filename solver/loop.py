@@ -142,7 +142,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     use_pressure = GENERAL and pressure.w.shape[0] > 0
     use_skinned = GENERAL and skinned.vertex.shape[0] > 0
     cap0, cap1, plane1, box0, box1, sweep = colliders
-    bx0, bx1, baabb, bhit, bentry = box_scratch
+    bx0, bx1, baabb, bhit, bentry, bstamp = box_scratch
     use_boxes = GENERAL and boxes.shape[0] > 0
     substeps = np.uint64(cfg.substeps)
     iterations = np.uint64(cfg.iterations)
@@ -207,7 +207,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         if GENERAL and use_boxes:
             box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry, baabb)
         if use_hierarchy and collides:
-            contact_gate(hierarchy_arrays[12], hit, bhit, clist, touched, sub > 0)
+            contact_gate(hierarchy_arrays[12], hit, bhit, clist, touched, sub > 0, edge_start, edge_other)
         if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
             # The mesh colliders' triangles at this substep's start and end.
             mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
@@ -280,11 +280,15 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if listed:
                     count = collect_rows(pos, hit, ubox1, cand, sel)
             if GENERAL and use_boxes:
-                ccount = project_boxes_into(pos, inv_mass, bx1, margin, cmask, cfg.coff_max, bhit, bentry, contact,
-                                            clist, ccount, baabb)
+                ccount = project_boxes_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, cfg.coff_max, bhit, bentry,
+                                            contact, clist, ccount, baabb)
                 if cfg.use_edges != F0:
-                    ccount = project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_other,
-                                                    contact, clist, ccount, baabb)
+                    ccount = project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_start,
+                                                    edge_other, contact, clist, ccount, baabb, bstamp, False)
+                    # Once more around the vertices it pushed: their
+                    # neighbours' edges over a corner were pushed back in.
+                    ccount = project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_start,
+                                                    edge_other, contact, clist, ccount, baabb, bstamp, True)
             if has_contacts:
                 ccount = project_colliders_into(pos, inv_mass, cap1, plane1, margin, hit, entry, contact, cmask,
                                                 cand, count, clist, ccount, box1, sweep[0])

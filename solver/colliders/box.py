@@ -18,7 +18,11 @@ where the path reaches the (convex) rounded box is found by Newton steps on
 the distance along it, and the tangent plane there is the vertex's entry
 plane (box_swept_contacts). The projection (project_boxes_into) pushes a
 vertex out of every box it is in along the nearest surface, or, for the box
-it entered during the substep, back through its entry plane.
+it entered during the substep, back through its entry plane; one the
+constraints dragged in from outside enters where its path crossed the
+surface. The cloth's edges across a box's edges and corners (both ends
+outside) move out along the separating axis back to the side they came
+from (project_box_edges_into), never carrying an end into the box.
 Distances grow by the margin and each vertex's collider offset, as the
 capsules' radii do.
 """
@@ -35,6 +39,9 @@ from .edges import record_push
 
 PACKED = 21
 ROW = 22
+# How much deeper than its ends (m) an edge's deepest point must be for
+# the edge pass to push it.
+EDGE_SLACK = np.float32(1e-4)
 
 
 @njit(inline="always", **JIT)
@@ -153,6 +160,41 @@ def box_bounds_into(bx0, bx1, grow, aabb):
             aabb[j, 3 + c] = max(a[3 + c], b[3 + c])
 
 
+@njit(inline="always", **JIT)
+def _carried(x0, y0, z0, bx0, bx1, j):
+    """A substep-start position carried with box j: its local coordinates
+    at substep start (rows bx0), placed in the box at substep end (bx1)."""
+    dx, dy, dz = x0 - bx0[j, 0], y0 - bx0[j, 1], z0 - bx0[j, 2]
+    lx = bx0[j, 3] * dx + bx0[j, 6] * dy + bx0[j, 9] * dz
+    ly = bx0[j, 4] * dx + bx0[j, 7] * dy + bx0[j, 10] * dz
+    lz = bx0[j, 5] * dx + bx0[j, 8] * dy + bx0[j, 11] * dz
+    return (bx1[j, 0] + bx1[j, 3] * lx + bx1[j, 4] * ly + bx1[j, 5] * lz,
+            bx1[j, 1] + bx1[j, 6] * lx + bx1[j, 7] * ly + bx1[j, 8] * lz,
+            bx1[j, 2] + bx1[j, 9] * lx + bx1[j, 10] * ly + bx1[j, 11] * lz)
+
+
+@njit(inline="always", **JIT)
+def _entry(sx, sy, sz, ex, ey, ez, d, nx, ny, nz, b, j, grow):
+    """Where the path s + u e (u in [0, 1]) from a start outside box j
+    (distance d, normal n there) first reaches it: Newton on the convex
+    distance along the path from u = 0 (see capsule._newton_entry).
+    (found, u, the point, the outward normal there)."""
+    u = F0
+    hx, hy, hz = sx, sy, sz
+    for _ in range(32):
+        if d < TRACE_EPS:
+            return True, u, hx, hy, hz, nx, ny, nz
+        slope = nx * ex + ny * ey + nz * ez
+        if slope >= F0:
+            break
+        u -= d / slope
+        if u >= F1:
+            break
+        hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
+        d, nx, ny, nz = box_distance(hx, hy, hz, b, j, grow)
+    return False, u, hx, hy, hz, nx, ny, nz
+
+
 @njit(**FLAT)
 def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, bentry, aabb):
     """Swept box contacts of this substep (see the module's docstring):
@@ -175,15 +217,7 @@ def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, 
             if (max(x0, x1) < aabb[j, 0] or min(x0, x1) > aabb[j, 3] or max(y0, y1) < aabb[j, 1]
                     or min(y0, y1) > aabb[j, 4] or max(z0, z1) < aabb[j, 2] or min(z0, z1) > aabb[j, 5]):
                 continue
-            # The start carried with the box: local coordinates at substep
-            # start, placed in the box at substep end.
-            dx, dy, dz = x0 - bx0[j, 0], y0 - bx0[j, 1], z0 - bx0[j, 2]
-            lx = bx0[j, 3] * dx + bx0[j, 6] * dy + bx0[j, 9] * dz
-            ly = bx0[j, 4] * dx + bx0[j, 7] * dy + bx0[j, 10] * dz
-            lz = bx0[j, 5] * dx + bx0[j, 8] * dy + bx0[j, 11] * dz
-            sx = bx1[j, 0] + bx1[j, 3] * lx + bx1[j, 4] * ly + bx1[j, 5] * lz
-            sy = bx1[j, 1] + bx1[j, 6] * lx + bx1[j, 7] * ly + bx1[j, 8] * lz
-            sz = bx1[j, 2] + bx1[j, 9] * lx + bx1[j, 10] * ly + bx1[j, 11] * lz
+            sx, sy, sz = _carried(x0, y0, z0, bx0, bx1, j)
             ex, ey, ez = x1 - sx, y1 - sy, z1 - sz
             seg = np.sqrt(ex * ex + ey * ey + ez * ez)
             d, nx, ny, nz = box_distance(sx, sy, sz, bx1, j, grow)
@@ -203,20 +237,7 @@ def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, 
             elif d < TRACE_EPS:
                 found = seg > EPS
             elif seg > EPS:
-                # Newton on the convex distance along the path from u = 0
-                # (see capsule._newton_entry).
-                for _ in range(32):
-                    if d < TRACE_EPS:
-                        found = True
-                        break
-                    slope = nx * ex + ny * ey + nz * ez
-                    if slope >= F0:
-                        break
-                    u -= d / slope
-                    if u >= F1:
-                        break
-                    hx, hy, hz = sx + u * ex, sy + u * ey, sz + u * ez
-                    d, nx, ny, nz = box_distance(hx, hy, hz, bx1, j, grow)
+                found, u, hx, hy, hz, nx, ny, nz = _entry(sx, sy, sz, ex, ey, ez, d, nx, ny, nz, bx1, j, grow)
             if found and u < best:
                 best = u
                 bhit[i] = j + 1
@@ -227,7 +248,8 @@ def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, 
 
 
 @njit(**FLAT)
-def project_boxes_into(pos, inv_mass, bx1, margin, cmask, pad, bhit, bentry, contact, clist, ccount, aabb):
+def project_boxes_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, bentry, contact, clist, ccount,
+                       aabb):
     """Push every vertex out of the boxes at substep end: along the nearest
     surface, or for the box it entered during the substep (bhit) back
     through its entry plane. contact[:, i] accumulates normal, depth and
@@ -261,6 +283,26 @@ def project_boxes_into(pos, inv_mass, bx1, margin, cmask, pad, bhit, bentry, con
                     or pz < aabb[j, 2] or pz > aabb[j, 5]):
                 continue
             d, nx, ny, nz = box_distance(px, py, pz, bx1, j, grow)
+            if d < F0 and swept == 0:
+                # Inside a box its predicted path did not enter: the
+                # constraints carried it in. From outside at substep start
+                # (carried with the box), it goes back out where its path
+                # came in, as a swept contact from now on; the nearest face
+                # would be a thin slab's far side for a vertex dragged in
+                # past the middle.
+                sx, sy, sz = _carried(prev[0, i], prev[1, i], prev[2, i], bx0, bx1, j)
+                d0, m0x, m0y, m0z = box_distance(sx, sy, sz, bx1, j, grow)
+                if d0 > F0:
+                    found, _, hx, hy, hz, hnx, hny, hnz = _entry(sx, sy, sz, px - sx, py - sy, pz - sz, d0, m0x,
+                                                                  m0y, m0z, bx1, j, grow)
+                    if found:
+                        swept = j + 1
+                        bhit[i] = swept
+                        bentry[0, i], bentry[1, i], bentry[2, i] = hx, hy, hz
+                        bentry[3, i], bentry[4, i], bentry[5, i] = hnx, hny, hnz
+                        vx, vy, vz = box_velocity(hx, hy, hz, bx1, j)
+                        bentry[6, i], bentry[7, i], bentry[8, i] = vx, vy, vz
+                        continue
             if d < F0:
                 px -= d * nx
                 py -= d * ny
@@ -287,9 +329,9 @@ def project_boxes_into(pos, inv_mass, bx1, margin, cmask, pad, bhit, bentry, con
 def box_scratch(n, k):
     """What the box passes write, for n vertices and k boxes, held between
     steps: the boxes at substep start and end (k, 22), their bounds (k, 6),
-    the swept hits (n,) and entries (9, n)."""
+    the swept hits (n,) and entries (9, n), the edge pass's stamps (n + 1,)."""
     return (np.zeros((k, ROW), np.float32), np.zeros((k, ROW), np.float32), np.zeros((k, 6), np.float32),
-            np.zeros(n, np.int32), np.zeros((9, n), np.float32))
+            np.zeros(n, np.int32), np.zeros((9, n), np.float32), np.zeros(n + 1, np.int32))
 
 
 def _quats(name, q, k):
@@ -375,101 +417,233 @@ class Boxes:
         return out
 
 
+@njit(inline="always", **JIT)
+def _axis_extent(px, py, pz, qx, qy, qz, b, j, k, hx, hy, hz, rr):
+    """Separating axis k of an edge p-q and box j of the rows b (0-2: the
+    box's face normals, 3-5: the edge direction across box axis k - 3, unit):
+    the axis, how far the edge must move along +axis and along -axis to
+    clear the box (its inner box grown by rr), and whether the axis is
+    usable (a cross axis is not when the edge runs along the box axis)."""
+    a = k % 3
+    ux, uy, uz = b[j, 3 + a], b[j, 6 + a], b[j, 9 + a]
+    if k < 3:
+        nx, ny, nz = ux, uy, uz
+    else:
+        ex, ey, ez = qx - px, qy - py, qz - pz
+        nx, ny, nz = ey * uz - ez * uy, ez * ux - ex * uz, ex * uy - ey * ux
+        l2 = nx * nx + ny * ny + nz * nz
+        if l2 < EPS * EPS * (ex * ex + ey * ey + ez * ez) or l2 < EPS * EPS * EPS:
+            return F0, F0, F0, F0, F0, False
+        inv = F1 / np.sqrt(l2)
+        nx, ny, nz = nx * inv, ny * inv, nz * inv
+    reach = (hx * abs(nx * b[j, 3] + ny * b[j, 6] + nz * b[j, 9])
+             + hy * abs(nx * b[j, 4] + ny * b[j, 7] + nz * b[j, 10])
+             + hz * abs(nx * b[j, 5] + ny * b[j, 8] + nz * b[j, 11]) + rr)
+    mid = nx * b[j, 0] + ny * b[j, 1] + nz * b[j, 2]
+    sp = nx * px + ny * py + nz * pz
+    sq = nx * qx + ny * qy + nz * qz
+    return nx, ny, nz, mid + reach - min(sp, sq), max(sp, sq) - (mid - reach), True
+
+
+@njit(inline="always", **JIT)
+def edge_exit_axis(px, py, pz, qx, qy, qz, p0x, p0y, p0z, q0x, q0y, q0z, cx, cy, cz, b0, b, j, grow):
+    """How far the point (cx, cy, cz) of the edge p-q must move, and along
+    which unit direction, to leave box j of the substep-end rows b (its
+    rounding grown by `grow`). The direction is one of the separating axes
+    of a segment and a box (the box's three face normals, the edge across
+    each box axis): of those that separated the edge at substep start (p0-q0
+    against the rows b0), the one it must move along least to get back to
+    the side it came from; when none did, the one over which the edge's and
+    the box's extents overlap least. The rounded box is taken as its inner
+    box grown by the rounding everywhere (its support along any direction),
+    so an edge near a rounded corner may be pushed a little farther than it
+    needed. Unlike the distance's gradient at the point, which inside a thin
+    slab points to the nearer of its broad faces, this takes an edge draped
+    over a table top's edge out around that edge, and one that fell onto
+    the slab out of its top. (0, 0, 0, 0) when an axis separates them
+    already."""
+    r = b[j, 15]
+    rr = r + grow
+    hx, hy, hz = max(b[j, 12] - r, F0), max(b[j, 13] - r, F0), max(b[j, 14] - r, F0)
+    inf = np.float32(np.inf)
+    best, bx, by, bz, bs = inf, F0, F0, F0, F0     # least overlap of all
+    came, fx, fy, fz, fs = inf, F0, F0, F0, F0  # least, to the side the edge came from
+    for k in range(6):
+        nx, ny, nz, up, down, ok = _axis_extent(px, py, pz, qx, qy, qz, b, j, k, hx, hy, hz, rr)
+        if not ok:
+            continue
+        if up <= F0 or down <= F0:
+            return F0, F0, F0, F0
+        if min(up, down) < best:
+            best, bx, by, bz, bs = min(up, down), nx, ny, nz, (F1 if up <= down else -F1)
+        mx, my, mz, up0, down0, ok0 = _axis_extent(p0x, p0y, p0z, q0x, q0y, q0z, b0, j, k, hx, hy, hz, rr)
+        if not ok0 or mx * nx + my * ny + mz * nz <= F0:
+            continue
+        if up0 <= F0 and up < came:
+            came, fx, fy, fz, fs = up, nx, ny, nz, F1
+        elif down0 <= F0 and down < came:
+            came, fx, fy, fz, fs = down, nx, ny, nz, -F1
+    if came < inf:
+        bx, by, bz, bs = fx, fy, fz, fs
+    elif best == inf:
+        return F0, F0, F0, F0
+    # The point's own way out along that axis (the whole edge's is at least
+    # as far).
+    nx, ny, nz = bx * bs, by * bs, bz * bs
+    reach = (hx * abs(nx * b[j, 3] + ny * b[j, 6] + nz * b[j, 9])
+             + hy * abs(nx * b[j, 4] + ny * b[j, 7] + nz * b[j, 10])
+             + hz * abs(nx * b[j, 5] + ny * b[j, 8] + nz * b[j, 11]) + rr)
+    own = nx * b[j, 0] + ny * b[j, 1] + nz * b[j, 2] + reach - (nx * cx + ny * cy + nz * cz)
+    return max(own, F0), nx, ny, nz
+
+
+@njit(inline="always", **JIT)
+def _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq, d0, n0x, n0y, n0z):
+    """The push of edge i-q out of box j (see project_box_edges_into), given
+    end i's distance d0 (grown) and normal: (pushed, the moves of i and q
+    along the normal, the normal, the contact point)."""
+    gr = np.float32(0.618034)
+    px, py, pz = pos[0, i], pos[1, i], pos[2, i]
+    qx, qy, qz = pos[0, q], pos[1, q], pos[2, q]
+    ex, ey, ez = qx - px, qy - py, qz - pz
+    d1, n1x, n1y, n1z = box_distance(qx, qy, qz, bx1, j, grow)
+    if d0 < -grow or d1 < -grow:
+        return False, F0, F0, F0, F0, F0, F0, F0, F0  # an end deep inside: the vertex projection's
+    s0 = n0x * ex + n0y * ey + n0z * ez
+    s1 = n1x * ex + n1y * ey + n1z * ez
+    if s0 >= F0 or s1 <= F0:
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    # Both ends over the same face: the distance is linear along the edge
+    # (one resting on the top of a table: most of them), its least at an end.
+    if n0x * n1x + n0y * n1y + n0z * n1z > np.float32(0.9999):
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    # Lower bound: where the tangent lines at both ends meet. An
+    # edge no deeper between its ends than at them (one resting
+    # on a face, the ends at the margin) is the vertex
+    # projection's.
+    ts = (d1 - s1 - d0) / (s0 - s1)
+    if d0 + ts * s0 >= min(min(d0, d1) - EDGE_SLACK, F0):
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    lo, hi = F0, F1
+    a = hi - gr * (hi - lo)
+    b = lo + gr * (hi - lo)
+    fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
+    fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
+    for _ in range(12):
+        if fa < fb:
+            hi = b
+            b, fb = a, fa
+            a = hi - gr * (hi - lo)
+            fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
+        else:
+            lo = a
+            a, fa = b, fb
+            b = lo + gr * (hi - lo)
+            fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
+    t = FHALF * (lo + hi)
+    cx, cy, cz = px + t * ex, py + t * ey, pz + t * ez
+    d, _, _, _ = box_distance(cx, cy, cz, bx1, j, grow)
+    if d >= min(min(d0, d1) - EDGE_SLACK, F0):
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    depth, nx, ny, nz = edge_exit_axis(px, py, pz, qx, qy, qz, prev[0, i], prev[1, i], prev[2, i],
+                                       prev[0, q], prev[1, q], prev[2, q], cx, cy, cz, bx0, bx1, j,
+                                       grow)
+    # Deeper than the edge is long: the edge runs through the box
+    # (a vertical edge through a table top's middle), and no
+    # push of its own gets it out without dragging an end
+    # through; left to the vertex contacts.
+    if depth <= F0 or depth * depth > ex * ex + ey * ey + ez * ez:
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    d = -depth
+    gi, gq = F1 - t, t
+    den = wi * gi * gi + wq * gq * gq
+    if den < EPS:
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    lim = np.float32(2.0)
+    ai = min(wi * gi / den, lim) * (-d)
+    aq = min(wq * gq / den, lim) * (-d)
+    # Never an end into or through the box: a vertex inside is
+    # left to the next substep's projection, which pushes it out
+    # through the nearer face (a thin slab's far side). The end
+    # and the middle of its move stay outside, or no deeper than
+    # the end was.
+    floor = min(d0, d1, F0)
+    e0, _, _, _ = box_distance(px + ai * nx, py + ai * ny, pz + ai * nz, bx1, j, grow)
+    e1, _, _, _ = box_distance(qx + aq * nx, qy + aq * ny, qz + aq * nz, bx1, j, grow)
+    h0, _, _, _ = box_distance(px + FHALF * ai * nx, py + FHALF * ai * ny, pz + FHALF * ai * nz, bx1,
+                               j, grow)
+    h1, _, _, _ = box_distance(qx + FHALF * aq * nx, qy + FHALF * aq * ny, qz + FHALF * aq * nz, bx1,
+                               j, grow)
+    if min(e0, e1, h0, h1) < floor:
+        return False, F0, F0, F0, F0, F0, F0, F0, F0
+    return True, ai, aq, nx, ny, nz, cx, cy, cz
+
 
 @njit(**FLAT)
-def project_box_edges_into(pos, inv_mass, bx1, margin, cmask, edge_start, edge_other, contact, clist, ccount,
-                           aabb):
+def project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_start, edge_other, contact, clist,
+                           ccount, aabb, stamp, again):
     """Move the cloth's edges that cut into a box (draped over a table's
     edge with both ends outside) out of it: the deepest point of the edge
-    (the distance is convex along it; a golden-section search) moves out
-    along the box's normal there, shared by the two ends by their weights
+    (the distance is convex along it; a golden-section search) moves out of
+    the box along the axis that separates the edge from the box by the
+    least motion (edge_exit_axis), shared by the two ends by their weights
     and barycentric coordinates (as colliders.edges does for capsules).
     Most edges stop at a test from the distances and normals at their ends:
     the tangent lines at both ends bound the distance along a convex
     function from below, and an edge resting on a face (normals across it)
-    or leaving it is never inside; nor is an edge whose ends lie on opposite
-    faces pushed, or one whose deepest point's normal faces away from its
-    ends' (see below). aabb: box_bounds_into(bx1, bx1, ...),
-    as project_boxes_into leaves it. Returns the new ccount."""
+    or leaving it is never inside. aabb: box_bounds_into(bx1, bx1, ...),
+    as project_boxes_into leaves it. stamp (n + 1,) int32: the vertices this
+    pass pushed carry stamp[n]; again: visit only the edges of the vertices
+    the pass before pushed (a neighbour's push moves an edge over a table's
+    corner back in). Returns the new ccount."""
     k = bx1.shape[0]
     n = np.uint64(pos.shape[1])
     if k == 0:
         return ccount
-    gr = np.float32(0.618034)
+    if not again:
+        if stamp[n] >= np.int32(1 << 30):
+            stamp[:] = 0
+        stamp[n] += 1
+    mark = stamp[n]
     for i in range(n):
         oi = cmask[i]
-        if oi < F0:
+        if oi < F0 or (again and stamp[i] != mark):
             continue
         wi = inv_mass[i]
-        for e in range(edge_start[i], edge_start[i + 1]):
-            q = edge_other[e]
-            if q < i:
-                continue
-            oq = cmask[q]
-            wq = inv_mass[q]
-            if oq < F0 or wi + wq == F0:
-                continue
-            grow = margin + max(oi, oq)
-            for j in range(k):
+        for j in range(k):
+            known = False
+            base, n0x, n0y, n0z = F0, F0, F0, F0
+            for e in range(edge_start[i], edge_start[i + 1]):
+                q = edge_other[e]
+                if q < i and not (again and stamp[q] != mark):
+                    continue  # visited from q
+                oq = cmask[q]
+                wq = inv_mass[q]
+                if oq < F0 or wi + wq == F0:
+                    continue
                 px, py, pz = pos[0, i], pos[1, i], pos[2, i]
                 qx, qy, qz = pos[0, q], pos[1, q], pos[2, q]
                 if (max(px, qx) < aabb[j, 0] or min(px, qx) > aabb[j, 3] or max(py, qy) < aabb[j, 1]
                         or min(py, qy) > aabb[j, 4] or max(pz, qz) < aabb[j, 2] or min(pz, qz) > aabb[j, 5]):
                     continue
-                ex, ey, ez = qx - px, qy - py, qz - pz
-                d0, n0x, n0y, n0z = box_distance(px, py, pz, bx1, j, grow)
-                d1, n1x, n1y, n1z = box_distance(qx, qy, qz, bx1, j, grow)
-                if d0 < -grow or d1 < -grow:
-                    continue  # an end deep inside: the vertex projection's
-                s0 = n0x * ex + n0y * ey + n0z * ez
-                s1 = n1x * ex + n1y * ey + n1z * ez
-                if s0 >= F0 or s1 <= F0:
+                if not known:
+                    # Vertex i's distance once for all its edges (each
+                    # edge's margin and offsets only shift it).
+                    base, n0x, n0y, n0z = box_distance(px, py, pz, bx1, j, F0)
+                    known = True
+                grow = margin + max(oi, oq)
+                pushed, ai, aq, nx, ny, nz, cx, cy, cz = _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq,
+                                                                   base - grow, n0x, n0y, n0z)
+                if not pushed:
                     continue
-                # Ends on opposite faces (normals 150 degrees apart or more):
-                # the edge runs through the box, and pushing its deepest
-                # point out of the nearer face would drag the far end in.
-                # Left to the vertex contacts. An edge over a thin slab's
-                # edge (top to a hanging end below the slab) stays in.
-                mx, my, mz = n0x + n1x, n0y + n1y, n0z + n1z
-                if mx * mx + my * my + mz * mz < np.float32(0.25):
-                    continue
-                # Lower bound: where the tangent lines at both ends meet.
-                ts = (d1 - s1 - d0) / (s0 - s1)
-                if d0 + ts * s0 >= F0:
-                    continue
-                lo, hi = F0, F1
-                a = hi - gr * (hi - lo)
-                b = lo + gr * (hi - lo)
-                fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
-                fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
-                for _ in range(18):
-                    if fa < fb:
-                        hi = b
-                        b, fb = a, fa
-                        a = hi - gr * (hi - lo)
-                        fa, _, _, _ = box_distance(px + a * ex, py + a * ey, pz + a * ez, bx1, j, grow)
-                    else:
-                        lo = a
-                        a, fa = b, fb
-                        b = lo + gr * (hi - lo)
-                        fb, _, _, _ = box_distance(px + b * ex, py + b * ey, pz + b * ez, bx1, j, grow)
-                t = FHALF * (lo + hi)
-                cx, cy, cz = px + t * ex, py + t * ey, pz + t * ez
-                d, nx, ny, nz = box_distance(cx, cy, cz, bx1, j, grow)
-                if d >= F0 or nx * mx + ny * my + nz * mz <= F0:
-                    continue
-                gi, gq = F1 - t, t
-                den = wi * gi * gi + wq * gq * gq
-                if den < EPS:
-                    continue
-                lim = np.float32(2.0)
-                ai = min(wi * gi / den, lim) * (-d)
-                aq = min(wq * gq / den, lim) * (-d)
                 pos[0, i], pos[1, i], pos[2, i] = px + ai * nx, py + ai * ny, pz + ai * nz
                 pos[0, q], pos[1, q], pos[2, q] = qx + aq * nx, qy + aq * ny, qz + aq * nz
+                known = False
                 v = box_velocity(cx, cy, cz, bx1, j)
                 if ai > F0:
                     ccount = record_push(contact, clist, ccount, i, ai, nx, ny, nz, v[0], v[1], v[2])
+                    stamp[i] = mark
                 if aq > F0:
                     ccount = record_push(contact, clist, ccount, q, aq, nx, ny, nz, v[0], v[1], v[2])
+                    stamp[q] = mark
     return ccount
