@@ -71,12 +71,13 @@ class ClothParams:
     # Multilevel stretch (constraints/hierarchy.py): coarse levels of the
     # mesh solved first each iteration, their corrections interpolated down.
     # Holds cloth pinned in several places or hung from a point without
-    # tethers, and leaves the vertices in contact with any collider alone
-    # (hierarchy.contact_gate). Off by default: at one substep a turning
-    # box takes cloth 3-9 mm into it (tests/solver/test_box_sphere.py); in
-    # place of the stretch limits it lets a coarse sheet's edge 10 mm into a
-    # box edge and leaves sheets hung by two edges at a higher mean strain;
-    # beside them the step costs about 45 % more.
+    # tethers, and leaves the vertices in contact with any collider and
+    # their neighbours alone (hierarchy.contact_gate). Off by default: in
+    # place of the stretch limits it leaves sheets hung by two edges at a
+    # higher mean strain, beside them the step costs about 45 % more, and
+    # an arm capsule spinning at 3.5 m/s through a hanging sheet can still
+    # stretch a triangle around itself and pass through its face (one
+    # scene of fifteen in a sweep of speeds and lengths).
     stretch_hierarchy: bool = False
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0

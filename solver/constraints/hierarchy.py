@@ -47,9 +47,10 @@ HierarchyRecord = namedtuple("HierarchyRecord", "ab coef ends snap_rec snap fine
 # contact_gate's flags: the vertex entered a collider this substep (a
 # capsule's or a box's swept contact), or a collider pushed it in the
 # substep before (any kind: capsules, planes, boxes, meshes, the edge and
-# face contacts).
+# face contacts), or an edge joins it to such a vertex.
 GATE_ENTERED = 1
 GATE_TOUCHED = 2
+GATE_NEAR = 4
 
 # Stop coarsening below this many vertices, and after this many levels.
 MIN_COARSE_VERTICES = 8
@@ -326,13 +327,16 @@ class StretchHierarchy:
 
 
 @njit(**FLAT)
-def contact_gate(gate, hit, bhit, clist, count, fresh):
+def contact_gate(gate, hit, bhit, clist, count, fresh, edge_start, edge_other):
     """The vertices the coarse pass leaves alone this substep (gate[i] !=
     0): those that entered a capsule (hit) or a box (bhit: empty without
-    boxes) this substep, and those a collider pushed in the substep before.
-    fresh: the contact list clist[:count] is that substep's; otherwise (a
-    step's first substep) the marks mark_touched left at the end of the step
-    before stand."""
+    boxes) this substep, those a collider pushed in the substep before, and
+    the vertices joined to either by an edge (GATE_NEAR: an edge with one
+    end on a collider and the other carried across it by the interpolation
+    cuts through a fast arm). fresh: the contact list clist[:count] is that
+    substep's; otherwise (a step's first substep) the marks mark_touched
+    left at the end of the step before stand. edge_start, edge_other: the
+    mesh's edges (colliders.edges.SurfaceEdges)."""
     n = np.uint64(gate.shape[0])
     boxes = bhit.shape[0] == n
     for i in range(n):
@@ -343,6 +347,14 @@ def contact_gate(gate, hit, bhit, clist, count, fresh):
     if fresh:
         for q in range(np.uint64(count)):
             gate[clist[q]] |= np.int32(GATE_TOUCHED)
+    # One ring of edges around them. (Two rings let a sheet dropped on a
+    # sphere tear at the wider gate's rim, where the coarse corrections
+    # stop.)
+    on = np.int32(GATE_ENTERED | GATE_TOUCHED)
+    for i in range(n):
+        if gate[i] & on:
+            for e in range(edge_start[i], edge_start[i + 1]):
+                gate[edge_other[e]] |= np.int32(GATE_NEAR)
 
 
 @njit(**FLAT)

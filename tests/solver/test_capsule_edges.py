@@ -236,8 +236,12 @@ def test_post_through_hanging_sheet_41(speed, substeps):
 
 @pytest.mark.parametrize("hierarchy", [False, True], ids=["limits", "hierarchy"])
 @pytest.mark.parametrize("substeps", [4, 8])
-def test_spinning_arm_in_a_hanging_sheet(substeps, hierarchy):
-    _check(41, substeps, spinning_arm(), hierarchy=hierarchy)
+@pytest.mark.parametrize("period, half", [(0.5, 0.3), (0.48, 0.31), (0.52, 0.29)])
+def test_spinning_arm_in_a_hanging_sheet(substeps, hierarchy, period, half):
+    # 3.4-4.1 m/s at the ends. (With the multilevel stretch, where the
+    # coarse pass moved the neighbours of the vertices on the arm, edges
+    # were carried across it: 40 mm deep in two of these three.)
+    _check(41, substeps, spinning_arm(period, half), hierarchy=hierarchy)
 
 
 @pytest.mark.parametrize("substeps", [2, 8])
