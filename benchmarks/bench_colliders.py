@@ -27,6 +27,12 @@ Cases:
   deepest cloth vertex inside the body at the end of every measured frame
   (exact point-triangle distance, inside by winding number; tests/mesh_scenes.py)
   against the thickness.
+- box_table_sheet_10k: a 100 x 100 sheet (1.5 m) dropped on a table top
+  box (0.9 x 0.7 x 0.06 m, turned 0.2 rad) and draped over its edges and
+  corners, stepped in lockstep with the edge contacts on and off (the
+  vertices collide in both): ms per step of each, and the deepest point
+  along any edge inside the box (exact box distance of 9 points per edge)
+  over the measured frames, against the thickness (collision margin).
 - blender_cloth_body_20k (when bpy imports; --no-blender skips it): the same scene in Blender's Cloth
   (Collision modifier on the body, quality 5), seconds per frame and the
   same penetration oracle, and Drape's speed ratio over it.
@@ -392,6 +398,50 @@ def panel_case(warm, steps):
          max_penetration_m=worst, thickness_m=THICKNESS, threads=numba.get_num_threads())
 
 
+def _box_sdf(points, centre, rot, half):
+    """Exact signed distance to the box (float64, apart from the kernels)."""
+    e = np.abs((points - centre) @ rot) - half
+    return np.linalg.norm(np.maximum(e, 0.0), axis=1) + np.minimum(e.max(axis=1), 0.0)
+
+
+def box_case(warm, steps):
+    """The sheet on the table top box (see the module doc)."""
+    from drape.solver import Boxes
+    rest, fi, fs = oracles.grid_sheet(99, 99, 1.5, plane="xy")
+    rest = rest + (-0.75, -0.75, 0.15)
+    angle = 0.2
+    quat = np.array([np.cos(angle / 2), 0.0, 0.0, np.sin(angle / 2)])
+    c, s = np.cos(angle), np.sin(angle)
+    rot = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    half = np.array([0.45, 0.35, 0.03])
+    inputs = StepInputs(boxes=Boxes(np.zeros((1, 3)), quat[None], half[None]))
+    runs = []
+    for edges in (True, False):
+        params = ClothParams(substeps=2, edge_contacts=edges)
+        model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest)), params)
+        runs.append((edges, params, model, model.new_state()))
+    t3 = np.asarray(runs[0][2].triangles, dtype=np.int64).reshape(-1, 3)
+    pairs = np.unique(np.sort(np.concatenate([t3[:, [0, 1]], t3[:, [1, 2]], t3[:, [2, 0]]]), axis=1), axis=0)
+    f = np.linspace(0.0, 1.0, 9)[None, :, None]
+    times = {True: [], False: []}
+    deepest = {True: 0.0, False: 0.0}
+    for i in range(warm + steps):
+        for edges, params, model, state in runs:
+            t = time.thread_time()
+            step(model, state, inputs, DT, params)
+            if i < warm:
+                continue
+            times[edges].append((time.thread_time() - t) * 1e3)
+            x = state.positions_aos().astype(np.float64)
+            pts = (x[pairs[:, 0]][:, None] * (1.0 - f) + x[pairs[:, 1]][:, None] * f).reshape(-1, 3)
+            deepest[edges] = max(deepest[edges], float(-_box_sdf(pts, 0.0, rot, half).min()))
+    on, off = spread(times[True]), spread(times[False])
+    emit(bench="colliders", case="box_table_sheet_10k", vertices=int(runs[0][2].n), substeps=2, steps=steps,
+         ms_per_step_edges=on, ms_per_step_vertices_only=off, ratio=on["median"] / off["median"],
+         max_edge_depth_m=deepest[True], max_edge_depth_vertices_only_m=deepest[False],
+         thickness_m=ClothParams().collision_margin, threads=numba.get_num_threads())
+
+
 def blender_case(frames, drape_ms, drape_pen):
     """Blender's Cloth on the same scene (bpy), quality 5, a Collision
     modifier on the body (outer thickness = Drape's thickness)."""
@@ -465,6 +515,7 @@ def main(argv=None):
     drape_ms, drape_pen = drape_case(warm, steps, quality_every=20)
     still_case(warm, steps)
     panel_case(warm, steps)
+    box_case(warm, steps)
     if not args.no_blender:
         try:
             import bpy  # noqa: F401
