@@ -374,7 +374,7 @@ def _part_calls(part, n=8):
             (capsule_boxes_into, (cap1, cap1, h, box1)),
             (swept_box_union, (box1,)),
             (to_aos4, (rows, flat)),
-            (contact_gate, (hit, hit, hit, ids, count, True)),
+            (contact_gate, (hit, hit, hit, ids, count, True, ends, ids)),
             (solve_hierarchy4, (flat, index, flat, ends64, index, flat, index, vec, ends64, index, index, vec,
                                 ends64, hit)),
             (mark_touched, (hit, ids, count)),

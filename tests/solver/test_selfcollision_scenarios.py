@@ -165,7 +165,9 @@ def test_dropped_pile_does_not_tangle():
     # At one iteration per substep the pile still crosses; an expected
     # failure would hide a regression that multiplies the crossings (a
     # larger edge-edge reach once took the worst frame from hundreds to
-    # tens of thousands of pairs). This keeps it in the few hundreds.
+    # tens of thousands of pairs). This keeps it in the low thousands: its
+    # worst frame has from a few hundred to about 2,000 pairs, by CPU and
+    # build (the pile's folds depend on the last bits of the floating point).
     worst, most, top = _dropped_pile(1)
     assert top > 0.04, "it did not pile up"
-    assert worst < 1500
+    assert worst < 3000
