@@ -195,6 +195,17 @@ def _entry(sx, sy, sz, ex, ey, ez, d, nx, ny, nz, b, j, grow):
     return False, u, hx, hy, hz, nx, ny, nz
 
 
+@njit(inline="always", **JIT)
+def _write_entry(i, j, hx, hy, hz, nx, ny, nz, bx1, bhit, bentry):
+    """bhit[i] = j + 1 and vertex i's entry into box j: point, normal, the
+    box's surface velocity there."""
+    bhit[i] = j + 1
+    bentry[0, i], bentry[1, i], bentry[2, i] = hx, hy, hz
+    bentry[3, i], bentry[4, i], bentry[5, i] = nx, ny, nz
+    vx, vy, vz = box_velocity(hx, hy, hz, bx1, j)
+    bentry[6, i], bentry[7, i], bentry[8, i] = vx, vy, vz
+
+
 @njit(**FLAT)
 def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, bentry, aabb):
     """Swept box contacts of this substep (see the module's docstring):
@@ -240,11 +251,7 @@ def box_swept_contacts(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, 
                 found, u, hx, hy, hz, nx, ny, nz = _entry(sx, sy, sz, ex, ey, ez, d, nx, ny, nz, bx1, j, grow)
             if found and u < best:
                 best = u
-                bhit[i] = j + 1
-                bentry[0, i], bentry[1, i], bentry[2, i] = hx, hy, hz
-                bentry[3, i], bentry[4, i], bentry[5, i] = nx, ny, nz
-                vx, vy, vz = box_velocity(hx, hy, hz, bx1, j)
-                bentry[6, i], bentry[7, i], bentry[8, i] = vx, vy, vz
+                _write_entry(i, j, hx, hy, hz, nx, ny, nz, bx1, bhit, bentry)
 
 
 @njit(**FLAT)
@@ -297,11 +304,7 @@ def project_boxes_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, pad, bhit, 
                                                                   m0y, m0z, bx1, j, grow)
                     if found:
                         swept = j + 1
-                        bhit[i] = swept
-                        bentry[0, i], bentry[1, i], bentry[2, i] = hx, hy, hz
-                        bentry[3, i], bentry[4, i], bentry[5, i] = hnx, hny, hnz
-                        vx, vy, vz = box_velocity(hx, hy, hz, bx1, j)
-                        bentry[6, i], bentry[7, i], bentry[8, i] = vx, vy, vz
+                        _write_entry(i, j, hx, hy, hz, hnx, hny, hnz, bx1, bhit, bentry)
                         continue
             if d < F0:
                 px -= d * nx
@@ -418,6 +421,15 @@ class Boxes:
 
 
 @njit(inline="always", **JIT)
+def _support(b, j, nx, ny, nz, hx, hy, hz, rr):
+    """How far box j's inner box (half extents h) grown by rr reaches from
+    its centre along the unit direction n."""
+    return (hx * abs(nx * b[j, 3] + ny * b[j, 6] + nz * b[j, 9])
+            + hy * abs(nx * b[j, 4] + ny * b[j, 7] + nz * b[j, 10])
+            + hz * abs(nx * b[j, 5] + ny * b[j, 8] + nz * b[j, 11]) + rr)
+
+
+@njit(inline="always", **JIT)
 def _axis_extent(px, py, pz, qx, qy, qz, b, j, k, hx, hy, hz, rr):
     """Separating axis k of an edge p-q and box j of the rows b (0-2: the
     box's face normals, 3-5: the edge direction across box axis k - 3, unit):
@@ -436,9 +448,7 @@ def _axis_extent(px, py, pz, qx, qy, qz, b, j, k, hx, hy, hz, rr):
             return F0, F0, F0, F0, F0, False
         inv = F1 / np.sqrt(l2)
         nx, ny, nz = nx * inv, ny * inv, nz * inv
-    reach = (hx * abs(nx * b[j, 3] + ny * b[j, 6] + nz * b[j, 9])
-             + hy * abs(nx * b[j, 4] + ny * b[j, 7] + nz * b[j, 10])
-             + hz * abs(nx * b[j, 5] + ny * b[j, 8] + nz * b[j, 11]) + rr)
+    reach = _support(b, j, nx, ny, nz, hx, hy, hz, rr)
     mid = nx * b[j, 0] + ny * b[j, 1] + nz * b[j, 2]
     sp = nx * px + ny * py + nz * pz
     sq = nx * qx + ny * qy + nz * qz
@@ -490,11 +500,15 @@ def edge_exit_axis(px, py, pz, qx, qy, qz, p0x, p0y, p0z, q0x, q0y, q0z, cx, cy,
     # The point's own way out along that axis (the whole edge's is at least
     # as far).
     nx, ny, nz = bx * bs, by * bs, bz * bs
-    reach = (hx * abs(nx * b[j, 3] + ny * b[j, 6] + nz * b[j, 9])
-             + hy * abs(nx * b[j, 4] + ny * b[j, 7] + nz * b[j, 10])
-             + hz * abs(nx * b[j, 5] + ny * b[j, 8] + nz * b[j, 11]) + rr)
+    reach = _support(b, j, nx, ny, nz, hx, hy, hz, rr)
     own = nx * b[j, 0] + ny * b[j, 1] + nz * b[j, 2] + reach - (nx * cx + ny * cy + nz * cz)
     return max(own, F0), nx, ny, nz
+
+
+@njit(inline="always", **JIT)
+def _no_push():
+    """_box_edge's answer for an edge it leaves alone."""
+    return False, F0, F0, F0, F0, F0, F0, F0, F0
 
 
 @njit(inline="always", **JIT)
@@ -508,22 +522,22 @@ def _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq, d0, n0x, n0y, n0z):
     ex, ey, ez = qx - px, qy - py, qz - pz
     d1, n1x, n1y, n1z = box_distance(qx, qy, qz, bx1, j, grow)
     if d0 < -grow or d1 < -grow:
-        return False, F0, F0, F0, F0, F0, F0, F0, F0  # an end deep inside: the vertex projection's
+        return _no_push()  # an end deep inside: the vertex projection's
     s0 = n0x * ex + n0y * ey + n0z * ez
     s1 = n1x * ex + n1y * ey + n1z * ez
     if s0 >= F0 or s1 <= F0:
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     # Both ends over the same face: the distance is linear along the edge
     # (one resting on the top of a table: most of them), its least at an end.
     if n0x * n1x + n0y * n1y + n0z * n1z > np.float32(0.9999):
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     # Lower bound: where the tangent lines at both ends meet. An
     # edge no deeper between its ends than at them (one resting
     # on a face, the ends at the margin) is the vertex
     # projection's.
     ts = (d1 - s1 - d0) / (s0 - s1)
     if d0 + ts * s0 >= min(min(d0, d1) - EDGE_SLACK, F0):
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     lo, hi = F0, F1
     a = hi - gr * (hi - lo)
     b = lo + gr * (hi - lo)
@@ -544,7 +558,7 @@ def _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq, d0, n0x, n0y, n0z):
     cx, cy, cz = px + t * ex, py + t * ey, pz + t * ez
     d, _, _, _ = box_distance(cx, cy, cz, bx1, j, grow)
     if d >= min(min(d0, d1) - EDGE_SLACK, F0):
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     depth, nx, ny, nz = edge_exit_axis(px, py, pz, qx, qy, qz, prev[0, i], prev[1, i], prev[2, i],
                                        prev[0, q], prev[1, q], prev[2, q], cx, cy, cz, bx0, bx1, j,
                                        grow)
@@ -553,15 +567,14 @@ def _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq, d0, n0x, n0y, n0z):
     # push of its own gets it out without dragging an end
     # through; left to the vertex contacts.
     if depth <= F0 or depth * depth > ex * ex + ey * ey + ez * ez:
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
-    d = -depth
+        return _no_push()
     gi, gq = F1 - t, t
     den = wi * gi * gi + wq * gq * gq
     if den < EPS:
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     lim = np.float32(2.0)
-    ai = min(wi * gi / den, lim) * (-d)
-    aq = min(wq * gq / den, lim) * (-d)
+    ai = min(wi * gi / den, lim) * depth
+    aq = min(wq * gq / den, lim) * depth
     # Never an end into or through the box: a vertex inside is
     # left to the next substep's projection, which pushes it out
     # through the nearer face (a thin slab's far side). The end
@@ -575,7 +588,7 @@ def _box_edge(pos, prev, bx0, bx1, j, grow, i, q, wi, wq, d0, n0x, n0y, n0z):
     h1, _, _, _ = box_distance(qx + FHALF * aq * nx, qy + FHALF * aq * ny, qz + FHALF * aq * nz, bx1,
                                j, grow)
     if min(e0, e1, h0, h1) < floor:
-        return False, F0, F0, F0, F0, F0, F0, F0, F0
+        return _no_push()
     return True, ai, aq, nx, ny, nz, cx, cy, cz
 
 
