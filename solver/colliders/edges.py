@@ -19,15 +19,19 @@ projection:
   just poked through it) moves the triangle along its normal, shared by the
   barycentric weights and the inverse masses.
 
-then the edges of the vertices in contact once more (a neighbour's push
-moves an edge draped over a fast capsule's end back in). Both add their
+then the edges and the faces of the vertices in contact once more (a
+neighbour's push moves an edge draped over a fast capsule's end back in, and
+an edge pushed off a capsule's side swings a face of its end into the end's
+sphere). Both add their
 pushes to the contact records, so the vertices they move get the colliders'
 friction. Only vertices the step lists near the capsules (their union box
 grown by SurfaceEdges.reach) are visited, and the work stays small where
 nothing can cut in: an edge between free vertices too short to sag past the
 margin stops at one length test (on a capsule much larger than the
 triangles, every edge but the stretched ones), and ends much larger than
-the triangles skip the face pass.
+the triangles skip the face pass. A face stretched around an end holds it
+with every vertex farther than its rest edges from it: the face pass
+measures the edges of the vertices up to STRETCHED rest lengths away.
 """
 
 from dataclasses import dataclass
@@ -38,6 +42,10 @@ from numba import njit
 from ..config import EPS, F0, F1
 from ..jit import FLAT, KERNEL as JIT
 from .capsule import capsule_distance_pre, capsule_row_off, swept_box_union
+
+# The face pass looks for triangles stretched up to this many times their
+# rest length (SurfaceEdges.reach) around a capsule's end.
+STRETCHED = np.float32(8.0)
 
 
 @dataclass
@@ -322,8 +330,8 @@ def _barycentric(x0, y0, z0, v0, v1, yx, yy, yz):
 
 
 @njit(**FLAT)
-def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, tri_list, tris, stamp, reach, pre,
-                       margin, contact, clist, ccount):
+def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start, edge_other, tri_start, tri_list,
+                       tris, stamp, reach, pre, margin, contact, clist, ccount):
     """Keep the capsules' end spheres out of the triangles' interiors (see
     the module's docstring): for the listed vertices cand[:count] within
     reach of a capsule end's sphere, each of their triangles (once: stamp[t]
@@ -355,18 +363,35 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, tri_start, 
             continue
         px, py, pz = pos[0, i], pos[1, i], pos[2, i]
         near = False
+        # The longest edge at vertex i now, measured only for a vertex
+        # farther from an end than its rest edges reach: a triangle whose
+        # edges are stretched around a capsule's end holds the sphere with
+        # all its vertices that far from it (every vertex of a triangle is
+        # within its longest edge of any point of it, and that edge is one
+        # of the vertex's own or of both other vertices, which then list it).
+        longest = F0
         for j in range(kc):
             ln = pre[j, 6]
             for end in range(2):
-                if not face_contacts_needed(pre[j, 8 + end], reach, margin):
+                if near or not face_contacts_needed(pre[j, 8 + end], reach, margin):
                     continue
                 sd = ln * np.float32(end)
                 ex = pre[j, 0] + sd * pre[j, 3]
                 ey = pre[j, 1] + sd * pre[j, 4]
                 ez = pre[j, 2] + sd * pre[j, 5]
-                r = pre[j, 8 + end] + cmask[i] + reach
-                if abs(px - ex) <= r and abs(py - ey) <= r and abs(pz - ez) <= r:
+                r = pre[j, 8 + end] + cmask[i]
+                dx, dy, dz = abs(px - ex), abs(py - ey), abs(pz - ez)
+                if dx <= r + reach and dy <= r + reach and dz <= r + reach:
                     near = True
+                elif dx <= r + STRETCHED * reach and dy <= r + STRETCHED * reach and dz <= r + STRETCHED * reach:
+                    if longest == F0:
+                        for e in range(edge_start[i], edge_start[i + 1]):
+                            k = edge_other[e]
+                            qx, qy, qz = pos[0, k] - px, pos[1, k] - py, pos[2, k] - pz
+                            longest = max(longest, qx * qx + qy * qy + qz * qz)
+                        longest = np.sqrt(longest)
+                    if dx <= r + longest and dy <= r + longest and dz <= r + longest:
+                        near = True
         if not near:
             continue
         for u in range(tri_start[i], tri_start[i + 1]):

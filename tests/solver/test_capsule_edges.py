@@ -236,11 +236,13 @@ def test_post_through_hanging_sheet_41(speed, substeps):
 
 @pytest.mark.parametrize("hierarchy", [False, True], ids=["limits", "hierarchy"])
 @pytest.mark.parametrize("substeps", [4, 8])
-@pytest.mark.parametrize("period, half", [(0.5, 0.3), (0.48, 0.31), (0.52, 0.29)])
+@pytest.mark.parametrize("period, half", [(0.5, 0.3), (0.48, 0.31), (0.52, 0.29), (0.52, 0.31), (0.55, 0.31)])
 def test_spinning_arm_in_a_hanging_sheet(substeps, hierarchy, period, half):
     # 3.4-4.1 m/s at the ends. (With the multilevel stretch, where the
     # coarse pass moved the neighbours of the vertices on the arm, edges
-    # were carried across it: 40 mm deep in two of these three.)
+    # were carried across it: 40 mm deep in two of these three. In the last
+    # two, an edge pushed off the arm's side swung a face stretched 4-6
+    # times around its end into the end's sphere: 6 and 39 mm deep.)
     _check(41, substeps, spinning_arm(period, half), hierarchy=hierarchy)
 
 
@@ -252,3 +254,35 @@ def test_thin_capsule_pressed_between_rows_of_vertices(substeps):
 @pytest.mark.parametrize("substeps", [2, 8])
 def test_thin_capsule_tip_pressed_into_a_face(substeps):
     _check(21, substeps, thin_poke())
+
+
+@pytest.mark.parametrize("stretch", [1.0, 3.0, 5.0, 7.5])
+def test_face_pass_finds_a_stretched_triangle_around_an_end(stretch):
+    # One triangle stretched `stretch` times its rest size with a capsule's
+    # end sphere reaching into its middle: every vertex is farther from the
+    # end than the radius plus the rest edges (the near test of the face
+    # pass), yet the face is pushed off the sphere: the oracle's deepest
+    # point of the face (its centroid here) ends on the grown surface.
+    margin = np.float32(0.005)
+    rest = np.array([[0.0, 0.0, 0.0], [0.04, 0.0, 0.0], [0.02, 0.0, 0.035]])
+    surface = edges.surface_edges(np.array([[0, 1, 2]]), rest)
+    x = (rest - rest.mean(axis=0)) * stretch
+    pos = np.ascontiguousarray(x.T, dtype=np.float32)
+    r = 0.012
+    # The end b of a capsule along +y, its sphere 6 mm into the face.
+    a, b = np.array([0.0, -0.3, 0.0]), np.array([0.0, r - 0.006, 0.0])
+    cap = np.zeros((1, 14), np.float32)
+    cap[0, :3], cap[0, 3:6], cap[0, 6], cap[0, 7] = a, b, r, r
+    pre = capsule.prepare_capsules(cap, margin)
+    tris = np.array([[0], [1], [2]], np.uint32)
+    contact = np.zeros((7, 3), np.float32)
+    clist = np.zeros(3, np.uint32)
+    assert np.linalg.norm(x - b, axis=1).min() > r + margin + surface.reach or stretch == 1.0
+    n = edges.project_faces_into(pos, np.ones(3, np.float32), cap, np.zeros(3, np.int32), np.zeros(3, np.float32),
+                                 np.arange(3, dtype=np.uint32), 3, surface.edge_start, surface.edge_other,
+                                 surface.tri_start, surface.tri_list, tris, surface.tri_stamp,
+                                 np.float32(surface.reach), pre, margin, contact, clist, 0)
+    assert n == 3
+    centroid = pos.T.astype(np.float64).mean(axis=0)
+    d = oracles.point_capsule_distances(centroid[None], a, b, r, r)[0]
+    assert d == pytest.approx(float(margin), abs=1e-5)
