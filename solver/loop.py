@@ -297,9 +297,9 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                         count = collect_rows(pos, hit, grown_box(swept_box_union(box1), reach), cand, sel)
                     ccount = project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel, True,
                                                 edge_start, edge_other, box1, sweep[0], margin, contact, clist, ccount)
-                    ccount = project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start, edge_other,
-                                                tri_start, tri_list, tris, tri_stamp, reach, sweep[0], margin,
-                                                contact, clist, ccount)
+                    ccount = project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count, edge_start,
+                                                edge_other, tri_start, tri_list, tris, tri_stamp, reach, sweep[0],
+                                                margin, contact, clist, ccount)
                     # A second sweep over the edges of the vertices in
                     # contact: an edge draped over a capsule's end, stretched
                     # by a fast one, is pushed back in by its neighbours'
@@ -309,7 +309,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                     # And the faces of the vertices in contact once more: an
                     # edge pushed out of a capsule's side can swing a face of
                     # its end into the end's sphere.
-                    ccount = project_faces_into(pos, inv_mass, cap1, hit, cmask, clist, ccount, edge_start,
+                    ccount = project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, clist, ccount, edge_start,
                                                 edge_other, tri_start, tri_list, tris, tri_stamp, reach, sweep[0],
                                                 margin, contact, clist, ccount)
             if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
@@ -400,8 +400,8 @@ def _part_calls(part, n=8):
                                   sweep[0], h, contact, ids, count)),
             (project_edges_into, (rows, rows, vec, cap0, cap1, vec, ids, count, sel, flag(False), ends, ids, box1,
                                   sweep[0], h, contact, ids, count)),
-            (project_faces_into, (rows, vec, cap1, hit, vec, ids, count, ends, ids, ends, ids, tris, ids, h,
-                                  sweep[0], h, contact, ids, count)),
+            (project_faces_into, (rows, rows, vec, cap0, cap1, hit, vec, ids, count, ends, ids, ends, ids, tris, ids,
+                                  h, sweep[0], h, contact, ids, count)),
             (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
             (settle_velocities, (rows, rows, vec, ids, rows, rows, h, h, h)),
         ]

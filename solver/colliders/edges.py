@@ -329,9 +329,31 @@ def _barycentric(x0, y0, z0, v0, v1, yx, yy, yz):
     return F1 - b1 - b2, b1, b2
 
 
+@njit(inline="always", **JIT)
+def _crossed_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da):
+    """The end (0: a, 1: b) of capsule j that went through the triangle
+    i0 i1 i2 during the substep: at its start (prev, cap0) both ends were on
+    one side of the triangle's plane, and end a is now da from it along
+    the unit normal n (the same triangle's, at substep end); -1 when the
+    capsule crossed the plane at substep start or the triangle turned over."""
+    x0, y0, z0 = prev[0, i0], prev[1, i0], prev[2, i0]
+    ux, uy, uz = prev[0, i1] - x0, prev[1, i1] - y0, prev[2, i1] - z0
+    vx, vy, vz = prev[0, i2] - x0, prev[1, i2] - y0, prev[2, i2] - z0
+    mx = uy * vz - uz * vy
+    my = uz * vx - ux * vz
+    mz = ux * vy - uy * vx
+    if mx * nx + my * ny + mz * nz <= F0:
+        return -1
+    da0 = (cap0[j, 0] - x0) * mx + (cap0[j, 1] - y0) * my + (cap0[j, 2] - z0) * mz
+    db0 = (cap0[j, 3] - x0) * mx + (cap0[j, 4] - y0) * my + (cap0[j, 5] - z0) * mz
+    if (da0 < F0) != (db0 < F0) or da0 == F0 or db0 == F0:
+        return -1
+    return 0 if (da0 < F0) != (da < F0) else 1
+
+
 @njit(**FLAT)
-def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start, edge_other, tri_start, tri_list,
-                       tris, stamp, reach, pre, margin, contact, clist, ccount):
+def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count, edge_start, edge_other, tri_start,
+                       tri_list, tris, stamp, reach, pre, margin, contact, clist, ccount):
     """Keep the capsules' end spheres out of the triangles' interiors (see
     the module's docstring): for the listed vertices cand[:count] within
     reach of a capsule end's sphere, each of their triangles (once: stamp[t]
@@ -339,7 +361,9 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start,
     each end whose centre projects into it. An end sphere that reaches the
     triangle pushes it away to its radius; one whose axis pierces the
     triangle while the sphere still meets its plane (a tip that poked
-    through) carries the triangle past the tip. Only ends small against
+    through), or that went through the triangle this substep from the side
+    the whole capsule was on at its start (prev, cap0: a fast tip, however
+    far past the plane), carries the triangle past the tip. Only ends small against
     the triangles are visited (face_contacts_needed; the vertices' collider
     offsets are left out of that test). tris: (3, t) uint32. Returns the
     new ccount."""
@@ -379,7 +403,12 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start,
                 ex = pre[j, 0] + sd * pre[j, 3]
                 ey = pre[j, 1] + sd * pre[j, 4]
                 ez = pre[j, 2] + sd * pre[j, 5]
-                r = pre[j, 8 + end] + cmask[i]
+                # (Grown by how far the end moved this substep: a tip that
+                # went through a face is that far past it.)
+                tx = cap1[j, 3 * end] - cap0[j, 3 * end]
+                ty = cap1[j, 3 * end + 1] - cap0[j, 3 * end + 1]
+                tz = cap1[j, 3 * end + 2] - cap0[j, 3 * end + 2]
+                r = pre[j, 8 + end] + cmask[i] + np.sqrt(tx * tx + ty * ty + tz * tz)
                 dx, dy, dz = abs(px - ex), abs(py - ey), abs(pz - ez)
                 if dx <= r + reach and dy <= r + reach and dz <= r + reach:
                     near = True
@@ -405,8 +434,10 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start,
                 continue
             off = max(cmask[i0], max(cmask[i1], cmask[i2]))
             for j in range(kc):
-                if hit[i0] == j + 1 or hit[i1] == j + 1 or hit[i2] == j + 1:
-                    continue
+                # A vertex that entered the capsule this substep holds its
+                # triangle on the swept entry plane: only a tip that went
+                # through the face moves it.
+                held = hit[i0] == j + 1 or hit[i1] == j + 1 or hit[i2] == j + 1
                 x0, y0, z0 = pos[0, i0], pos[1, i0], pos[2, i0]
                 v0 = (pos[0, i1] - x0, pos[1, i1] - y0, pos[2, i1] - z0)
                 v1 = (pos[0, i2] - x0, pos[1, i2] - y0, pos[2, i2] - z0)
@@ -434,15 +465,22 @@ def project_faces_into(pos, inv_mass, cap1, hit, cmask, cand, count, edge_start,
                     b0, b1, b2 = _barycentric(x0, y0, z0, v0, v1, ax + f * (bx - ax), ay + f * (by - ay),
                                               az + f * (bz - az))
                     if b0 >= F0 and b1 >= F0 and b2 >= F0:
-                        dt, rt = (da, c[8]) if abs(da) < abs(db) else (db, c[9])
-                        if abs(dt) < rt:
+                        tip = 0 if abs(da) < abs(db) else 1
+                        if held or abs(da if tip == 0 else db) >= (c[8] if tip == 0 else c[9]):
+                            # Its sphere off the plane: a tip that went
+                            # through the face this substep (the whole
+                            # capsule on one side of it at substep start)
+                            # is the end that changed sides, however far.
+                            tip = _crossed_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da)
+                        if tip >= 0:
+                            dt, rt = (da, c[8]) if tip == 0 else (db, c[9])
                             push = abs(dt) + rt
                             sgn = F1 if dt > F0 else -F1
-                            s = F0 if abs(da) < abs(db) else F1
+                            s = np.float32(tip)
                             sx, sy, sz = b0, b1, b2
                         use_a = use_b = False
                 for end in range(2):
-                    if push > F0 or not (use_a if end == 0 else use_b):
+                    if held or push > F0 or not (use_a if end == 0 else use_b):
                         continue
                     de = da if end == 0 else db
                     re = c[8] if end == 0 else c[9]
