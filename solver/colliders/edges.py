@@ -170,6 +170,54 @@ def start_row(cap0, j, c):
 
 
 @njit(inline="always", **JIT)
+def _travel(cap0, cap1, j):
+    """How far the farther-moving end of capsule j moved this substep."""
+    most = F0
+    for e in range(0, 6, 3):
+        dx, dy, dz = cap1[j, e] - cap0[j, e], cap1[j, e + 1] - cap0[j, e + 1], cap1[j, e + 2] - cap0[j, e + 2]
+        most = max(most, dx * dx + dy * dy + dz * dz)
+    return np.sqrt(most)
+
+
+@njit(inline="always", **JIT)
+def _moved(prev, i, px, py, pz):
+    """How far vertex i moved from its substep start to p."""
+    dx, dy, dz = px - prev[0, i], py - prev[1, i], pz - prev[2, i]
+    return np.sqrt(dx * dx + dy * dy + dz * dz)
+
+
+@njit(inline="always", **JIT)
+def _went_through(prev, i, k, px, py, pz, qx, qy, qz, cap0, cap1, j, r, cross):
+    """Whether the edge i k, from prev to p, q over the substep, came
+    nearer than r to the axis of capsule j (cap0 to cap1), both moving
+    linearly: at `cross` (the fraction of the substep where its offset
+    from the axis changed sides, as the offsets at start and end tell) or
+    halfway."""
+    if r <= F0:
+        return False
+    for q in range(2):
+        f = min(max(cross, F0), F1) if q == 0 else np.float32(0.5)
+        g = F1 - f
+        x0 = g * prev[0, i] + f * px
+        y0 = g * prev[1, i] + f * py
+        z0 = g * prev[2, i] + f * pz
+        ax = g * cap0[j, 0] + f * cap1[j, 0]
+        ay = g * cap0[j, 1] + f * cap1[j, 1]
+        az = g * cap0[j, 2] + f * cap1[j, 2]
+        dx = g * cap0[j, 3] + f * cap1[j, 3] - ax
+        dy = g * cap0[j, 4] + f * cap1[j, 4] - ay
+        dz = g * cap0[j, 5] + f * cap1[j, 5] - az
+        ln = np.sqrt(dx * dx + dy * dy + dz * dz)
+        inv = F1 / ln if ln > EPS else F0
+        row = (ax, ay, az, dx * inv, dy * inv, dz * inv, ln if ln > EPS else F0, inv, r, r, F0, F0)
+        _, wx, wy, wz = edge_axis_closest(x0, y0, z0, g * prev[0, k] + f * qx - x0, g * prev[1, k] + f * qy - y0,
+                                          g * prev[2, k] + f * qz - z0, row)
+        if wx * wx + wy * wy + wz * wz < r * r:
+            return True
+    return False
+
+
+@njit(inline="always", **JIT)
 def record_push(contact, clist, ccount, i, amount, nx, ny, nz, cvx, cvy, cvz):
     """Add a push of vertex i to its contact record (see
     project_colliders_into; every collider kind's pass records through this);
@@ -232,8 +280,12 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
             ok = cmask[k]
             if ok < F0 or wi + wk == F0:
                 continue
-            lox, loy, loz = min(px, qx), min(py, qy), min(pz, qz)
-            hix, hiy, hiz = max(px, qx), max(py, qy), max(pz, qz)
+            # The edge's box over the substep: one dragged across a capsule
+            # may end past it.
+            sx, sy, sz = min(prev[0, i], prev[0, k]), min(prev[1, i], prev[1, k]), min(prev[2, i], prev[2, k])
+            lox, loy, loz = min(min(px, qx), sx), min(min(py, qy), sy), min(min(pz, qz), sz)
+            sx, sy, sz = max(prev[0, i], prev[0, k]), max(prev[1, i], prev[1, k]), max(prev[2, i], prev[2, k])
+            hix, hiy, hiz = max(max(px, qx), sx), max(max(py, qy), sy), max(max(pz, qz), sz)
             if (hix < ubox[0] or lox > ubox[3] or hiy < ubox[1] or loy > ubox[4]
                     or hiz < ubox[2] or loz > ubox[5]):
                 continue
@@ -249,10 +301,23 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                 ex, ey, ez = qx - px, qy - py, qz - pz
                 t, vx, vy, vz = edge_axis_closest(px, py, pz, ex, ey, ez, c)
                 rmax = max(c[8], c[9])
-                if vx * vx + vy * vy + vz * vz >= rmax * rmax:
-                    continue
+                ox, oy, oz = prev[0, i], prev[1, i], prev[2, i]
+                through = vx * vx + vy * vy + vz * vz >= rmax * rmax
+                if through:
+                    # Outside at substep end, on the other side of the axis
+                    # than at its start, and through the bare capsule on the
+                    # way (the constraints dragged the edge across it, or it
+                    # swept across the edge): back to the side it came from.
+                    _, wx, wy, wz = edge_axis_closest(ox, oy, oz, prev[0, k] - ox, prev[1, k] - oy,
+                                                      prev[2, k] - oz, start_row(cap0, j, c))
+                    h0 = wx * wx + wy * wy + wz * wz
+                    h1 = wx * vx + wy * vy + wz * vz
+                    if (h1 >= F0
+                            or not _went_through(prev, i, k, px, py, pz, qx, qy, qz, cap0, cap1, j,
+                                                 min(c[8], c[9]) - margin - off, h0 / (h0 - h1))):
+                        continue
                 d, nx, ny, nz, s = capsule_distance_pre(px + t * ex, py + t * ey, pz + t * ez, c)
-                if c[10] != F0 or c[11] != F0:
+                if not through and (c[10] != F0 or c[11] != F0):
                     # A round cone (or one end's sphere holding the other):
                     # the closest axis point is not the closest sphere's
                     # centre. One more step towards the closest pair: the
@@ -265,13 +330,14 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                         d2, nx2, ny2, nz2, s2 = capsule_distance_pre(px + t2 * ex, py + t2 * ey, pz + t2 * ez, c)
                         if d2 < d:
                             d, nx, ny, nz, s, t = d2, nx2, ny2, nz2, s2, t2
-                if d >= F0:
-                    continue
-                # The side the edge was on at substep start.
-                ox, oy, oz = prev[0, i], prev[1, i], prev[2, i]
-                _, wx, wy, wz = edge_axis_closest(ox, oy, oz, prev[0, k] - ox, prev[1, k] - oy, prev[2, k] - oz,
-                                                  start_row(cap0, j, c))
-                if wx * nx + wy * ny + wz * nz < F0:
+                if not through:
+                    if d >= F0:
+                        continue
+                    # The side the edge was on at substep start.
+                    _, wx, wy, wz = edge_axis_closest(ox, oy, oz, prev[0, k] - ox, prev[1, k] - oy,
+                                                      prev[2, k] - oz, start_row(cap0, j, c))
+                back = through or wx * nx + wy * ny + wz * nz < F0
+                if back:
                     wl = np.sqrt(wx * wx + wy * wy + wz * wz)
                     if wl > EPS:
                         nx, ny, nz = wx / wl, wy / wl, wz / wl
@@ -281,6 +347,8 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                         d = h - (c[8] + (c[9] - c[8]) * s)
                         if d >= F0:
                             continue
+                    elif through:
+                        continue
                 gi, gk = F1 - t, t
                 den = wi * gi * gi + wk * gk * gk
                 if den < EPS:
@@ -292,6 +360,12 @@ def project_edges_into(pos, prev, inv_mass, cap0, cap1, cmask, cand, count, sel,
                 lim = np.float32(2.0)
                 ai = min(wi * gi / den, lim) * (-d)
                 ak = min(wk * gk / den, lim) * (-d)
+                if back:
+                    # Back to the side it came from: no vertex farther than
+                    # it and the capsule moved this substep.
+                    far = _travel(cap0, cap1, j) + margin
+                    ai = min(ai, _moved(prev, i, px, py, pz) + far)
+                    ak = min(ak, _moved(prev, k, qx, qy, qz) + far)
                 px += ai * nx
                 py += ai * ny
                 pz += ai * nz
@@ -329,26 +403,40 @@ def _barycentric(x0, y0, z0, v0, v1, yx, yy, yz):
     return F1 - b1 - b2, b1, b2
 
 
+# _through_end: the axis went through the triangle, not past a tip.
+NEARER = -2
+
+
 @njit(inline="always", **JIT)
-def _crossed_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da):
-    """The end (0: a, 1: b) of capsule j that went through the triangle
-    i0 i1 i2 during the substep: at its start (prev, cap0) both ends were on
-    one side of the triangle's plane, and end a is now da from it along
-    the unit normal n (the same triangle's, at substep end); -1 when the
-    capsule crossed the plane at substep start or the triangle turned over."""
+def _through_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da):
+    """How the axis of capsule j came to pierce the triangle i0 i1 i2 (its
+    unit normal n at substep end, end a da from it along n) during the
+    substep, from their places at its start (prev, cap0): the end (0: a,
+    1: b) that went through the face when the whole axis was on one side
+    of it; NEARER when the axis crossed the plane outside the triangle then
+    (the face slid or swung over a tip: its edges kept out of the capsule)
+    or the triangle turned over; -1 when the axis pierced it then too."""
     x0, y0, z0 = prev[0, i0], prev[1, i0], prev[2, i0]
-    ux, uy, uz = prev[0, i1] - x0, prev[1, i1] - y0, prev[2, i1] - z0
-    vx, vy, vz = prev[0, i2] - x0, prev[1, i2] - y0, prev[2, i2] - z0
-    mx = uy * vz - uz * vy
-    my = uz * vx - ux * vz
-    mz = ux * vy - uy * vx
-    if mx * nx + my * ny + mz * nz <= F0:
+    u = (prev[0, i1] - x0, prev[1, i1] - y0, prev[2, i1] - z0)
+    v = (prev[0, i2] - x0, prev[1, i2] - y0, prev[2, i2] - z0)
+    mx = u[1] * v[2] - u[2] * v[1]
+    my = u[2] * v[0] - u[0] * v[2]
+    mz = u[0] * v[1] - u[1] * v[0]
+    ax, ay, az = cap0[j, 0], cap0[j, 1], cap0[j, 2]
+    bx, by, bz = cap0[j, 3], cap0[j, 4], cap0[j, 5]
+    da0 = (ax - x0) * mx + (ay - y0) * my + (az - z0) * mz
+    db0 = (bx - x0) * mx + (by - y0) * my + (bz - z0) * mz
+    if (da0 < F0) == (db0 < F0) and da0 != F0 and db0 != F0:
+        if mx * nx + my * ny + mz * nz <= F0:
+            return NEARER
+        return 0 if (da0 < F0) != (da < F0) else 1
+    if da0 == db0:
         return -1
-    da0 = (cap0[j, 0] - x0) * mx + (cap0[j, 1] - y0) * my + (cap0[j, 2] - z0) * mz
-    db0 = (cap0[j, 3] - x0) * mx + (cap0[j, 4] - y0) * my + (cap0[j, 5] - z0) * mz
-    if (da0 < F0) != (db0 < F0) or da0 == F0 or db0 == F0:
+    f = da0 / (da0 - db0)
+    b0, b1, b2 = _barycentric(x0, y0, z0, u, v, ax + f * (bx - ax), ay + f * (by - ay), az + f * (bz - az))
+    if b0 >= F0 and b1 >= F0 and b2 >= F0:
         return -1
-    return 0 if (da0 < F0) != (da < F0) else 1
+    return NEARER
 
 
 @njit(**FLAT)
@@ -458,6 +546,7 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
                 use_a = c[11] != np.float32(2.0)
                 use_b = c[11] != F1 and ln > F0
                 push, sx, sy, sz, sgn, s = F0, F0, F0, F0, F0, F0
+                back = False
                 if use_a and use_b and (da < F0) != (db < F0) and da != db:
                     # The axis crosses the triangle's plane: if inside the
                     # triangle, the nearer end is a tip that poked through.
@@ -465,13 +554,33 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
                     b0, b1, b2 = _barycentric(x0, y0, z0, v0, v1, ax + f * (bx - ax), ay + f * (by - ay),
                                               az + f * (bz - az))
                     if b0 >= F0 and b1 >= F0 and b2 >= F0:
-                        tip = 0 if abs(da) < abs(db) else 1
+                        nearer = 0 if abs(da) < abs(db) else 1
+                        tip = nearer
                         if held or abs(da if tip == 0 else db) >= (c[8] if tip == 0 else c[9]):
                             # Its sphere off the plane: a tip that went
                             # through the face this substep (the whole
                             # capsule on one side of it at substep start)
-                            # is the end that changed sides, however far.
-                            tip = _crossed_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da)
+                            # is the end that changed sides, however far; a
+                            # face that slid over a tip goes back over the
+                            # nearer one, if it can have come from there.
+                            tip = _through_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da)
+                            back = True
+                            if tip == NEARER:
+                                tip = nearer
+                                # How far the face and the tip moved.
+                                reach2 = F0
+                                for vi in (i0, i1, i2):
+                                    mx = pos[0, vi] - prev[0, vi]
+                                    my = pos[1, vi] - prev[1, vi]
+                                    mz = pos[2, vi] - prev[2, vi]
+                                    reach2 = max(reach2, mx * mx + my * my + mz * mz)
+                                k3 = 3 * tip
+                                mx = cap1[j, k3] - cap0[j, k3]
+                                my = cap1[j, k3 + 1] - cap0[j, k3 + 1]
+                                mz = cap1[j, k3 + 2] - cap0[j, k3 + 2]
+                                moved = np.sqrt(reach2) + np.sqrt(mx * mx + my * my + mz * mz)
+                                if abs(da if tip == 0 else db) > (c[8] if tip == 0 else c[9]) + moved:
+                                    tip = -1
                         if tip >= 0:
                             dt, rt = (da, c[8]) if tip == 0 else (db, c[9])
                             push = abs(dt) + rt
@@ -502,6 +611,12 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
                 a0 = min(w0 * sx / den, lim) * push
                 a1 = min(w1 * sy / den, lim) * push
                 a2 = min(w2 * sz / den, lim) * push
+                if back:
+                    # As an edge sent back (project_edges_into).
+                    far = _travel(cap0, cap1, j) + margin
+                    a0 = min(a0, _moved(prev, i0, pos[0, i0], pos[1, i0], pos[2, i0]) + far)
+                    a1 = min(a1, _moved(prev, i1, pos[0, i1], pos[1, i1], pos[2, i1]) + far)
+                    a2 = min(a2, _moved(prev, i2, pos[0, i2], pos[1, i2], pos[2, i2]) + far)
                 nx, ny, nz = sgn * nx, sgn * ny, sgn * nz
                 g = F1 - s
                 cvx = g * cap1[j, 8] + s * cap1[j, 11]
