@@ -177,8 +177,8 @@ class DrapeClothSettings(PropertyGroup):
                                     "cloth pinned in several places, or hanging from one point, stops "
                                     "stretching like rubber at few substeps. Only resists stretching, never "
                                     "folds or a curved rest shape, and leaves cloth touching a collider alone. "
-                                    "Experimental: a fast-spinning capsule can still stretch a triangle around "
-                                    "itself and pass through it",
+                                    "Experimental: at 2 substeps a fast-spinning capsule can bring the cloth "
+                                    "about a millimetre past its thickness",
                                     default=False)
     tether_scale: FloatProperty(name="Tether scale",
                                 description="Allowed tether and stretch-limit length relative to rest",

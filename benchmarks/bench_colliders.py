@@ -33,6 +33,12 @@ Cases:
   vertices collide in both): ms per step of each, and the deepest point
   along any edge inside the box (exact box distance of 9 points per edge)
   over the measured frames, against the thickness (collision margin).
+- capsule_spinning_arm_sheet_41 (4 and 2 substeps), capsule_post_4m_s_sheet_21,
+  capsule_thin_tip_4m_s_sheet_21: a hanging sheet cut by a fast capsule
+  (tests/capsule_scenes.py: an arm spinning at 3.8 m/s at its ends, a 5 cm
+  post and a 2 cm tip at 4 m/s), with the edge and face contacts on and
+  off: ms per step of each, the frames where a point of the cloth's surface
+  is deeper in the capsule than the thickness, and the deepest.
 - blender_cloth_body_20k (when bpy imports; --no-blender skips it): the same scene in Blender's Cloth
   (Collision modifier on the body, quality 5), seconds per frame and the
   same penetration oracle, and Drape's speed ratio over it.
@@ -56,6 +62,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+import capsule_scenes  # noqa: E402
 import mesh_scenes  # noqa: E402
 import oracles  # noqa: E402
 from common import emit, log  # noqa: E402
@@ -442,6 +449,51 @@ def box_case(warm, steps):
          thickness_m=ClothParams().collision_margin, threads=numba.get_num_threads())
 
 
+def capsule_case(scene, vertices, substeps, at, seconds, repeats):
+    """A hanging sheet cut by a fast capsule (tests/capsule_scenes.py), with
+    the edge and face contacts on and off (the vertices collide in both):
+    ms per step of each (`repeats` runs of the scene), and per frame the
+    deepest point of the cloth's surface inside the capsule (exact round
+    cone distance of 16 points per edge and every centroid)."""
+    from drape.solver import Capsules
+
+    rest, fi, fs, pin = capsule_scenes.hanging_sheet(vertices)
+    times = {True: [], False: []}
+    deepest = {True: 0.0, False: 0.0}
+    bad = {True: 0, False: 0}
+    frames = int(round(seconds / DT))
+    margin = ClothParams().collision_margin
+    for _ in range(repeats):
+        for edges in (True, False):
+            params = ClothParams(substeps=substeps, edge_contacts=edges)
+            model = build_model(rest, fi, fs, np.full(len(rest), 1e-3), pin, params)
+            state = model.new_state()
+            for k in range(frames):
+                a0, b0, r = at(k * DT)
+                a1, b1, _ = at((k + 1) * DT)
+                inputs = StepInputs(capsules=Capsules(a0[None], b0[None], a1[None], b1[None], np.array([r]),
+                                                      np.array([r])))
+                t = time.thread_time()
+                step(model, state, inputs, DT, params)
+                times[edges].append((time.thread_time() - t) * 1e3)
+                d = capsule_scenes.max_depth(state.positions_aos(), model.triangles, a1, b1, r, r)
+                deepest[edges] = max(deepest[edges], d)
+                bad[edges] += d > margin
+    on, off = spread(times[True]), spread(times[False])
+    emit(bench="colliders", case=scene, vertices=len(rest), substeps=substeps, frames=frames * repeats,
+         ms_per_step_edges=on, ms_per_step_vertices_only=off, ratio=on["median"] / off["median"],
+         max_depth_m=deepest[True], max_depth_vertices_only_m=deepest[False], frames_deeper_than_margin=bad[True],
+         frames_deeper_than_margin_vertices_only=bad[False], thickness_m=margin, threads=numba.get_num_threads())
+
+
+def capsule_cases(repeats):
+    """The fast-capsule scenes (see the module doc)."""
+    capsule_case("capsule_spinning_arm_sheet_41", 41, 4, *capsule_scenes.spinning_arm(), repeats)
+    capsule_case("capsule_spinning_arm_sheet_41_2_substeps", 41, 2, *capsule_scenes.spinning_arm(), repeats)
+    capsule_case("capsule_post_4m_s_sheet_21", 21, 2, *capsule_scenes.post(4.0), repeats)
+    capsule_case("capsule_thin_tip_4m_s_sheet_21", 21, 2, *capsule_scenes.thin_poke(4.0, 0.02), repeats)
+
+
 def blender_case(frames, drape_ms, drape_pen):
     """Blender's Cloth on the same scene (bpy), quality 5, a Collision
     modifier on the body (outer thickness = Drape's thickness)."""
@@ -516,6 +568,7 @@ def main(argv=None):
     still_case(warm, steps)
     panel_case(warm, steps)
     box_case(warm, steps)
+    capsule_cases(1 if args.quick else 3)
     if not args.no_blender:
         try:
             import bpy  # noqa: F401

@@ -75,9 +75,9 @@ class ClothParams:
     # their neighbours alone (hierarchy.contact_gate). Off by default: in
     # place of the stretch limits it leaves sheets hung by two edges at a
     # higher mean strain, beside them the step costs about 45 % more, and
-    # an arm capsule spinning at 3.5 m/s through a hanging sheet can still
-    # stretch a triangle around itself and pass through its face (one
-    # scene of fifteen in a sweep of speeds and lengths).
+    # at 2 substeps an arm capsule spinning at 3.5 m/s through a hanging
+    # sheet can bring a point of it about a millimetre past its thickness
+    # (one scene of five in a sweep of speeds and lengths).
     stretch_hierarchy: bool = False
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0

@@ -148,7 +148,10 @@ def test_energy_leaves_the_sheet_after_a_sphere_passes(nx, layout, speed):
             step(model, state, None, 1 / 24, params)
         energy, moves = _sphere_through(model, state, params, speed, mass, 144)
         peaks = energy.reshape(-1, 24).max(axis=1)
-        assert np.all(np.diff(peaks) < 0), peaks
+        # Once at rest the energy holds to the float32 positions' round-off
+        # (m g of an ulp of z: about 1e-7 J for this sheet): a second may
+        # end as high as the one before within that, never higher.
+        assert np.all(np.diff(peaks) < 1e-6 * peaks[0]), peaks
         if drag > 1.0:
             assert moves[-24:].max() < 1e-4, moves[-24:].max()
 
