@@ -19,10 +19,12 @@ projection:
   just poked through it) moves the triangle along its normal, shared by the
   barycentric weights and the inverse masses.
 
-then the edges and the faces of the vertices in contact once more (a
-neighbour's push moves an edge draped over a fast capsule's end back in, and
-an edge pushed off a capsule's side swings a face of its end into the end's
-sphere). Both add their
+then the edges and the faces of the vertices in contact again, in rounds
+until one moves little (loop.CONTACT_ROUNDS: a neighbour's push moves an
+edge draped over a fast capsule's end back in, and an edge pushed off a
+capsule's side swings a face of its end into the end's sphere). An edge the
+constraints drag across a capsule within a substep, or a face they slide
+over its end, goes back to the side it came from. Both add their
 pushes to the contact records, so the vertices they move get the colliders'
 friction. Only vertices the step lists near the capsules (their union box
 grown by SurfaceEdges.reach) are visited, and the work stays small where
@@ -449,9 +451,10 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
     each end whose centre projects into it. An end sphere that reaches the
     triangle pushes it away to its radius; one whose axis pierces the
     triangle while the sphere still meets its plane (a tip that poked
-    through), or that went through the triangle this substep from the side
-    the whole capsule was on at its start (prev, cap0: a fast tip, however
-    far past the plane), carries the triangle past the tip. Only ends small against
+    through), or that came to pierce it this substep (prev, cap0: a fast
+    tip that went through it, however far, or a face that slid over a tip,
+    within how far both moved), carries the triangle past the tip, never a
+    vertex farther than it and the capsule moved. Only ends small against
     the triangles are visited (face_contacts_needed; the vertices' collider
     offsets are left out of that test). tris: (3, t) uint32. Returns the
     new ccount."""
@@ -567,18 +570,11 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
                             back = True
                             if tip == NEARER:
                                 tip = nearer
-                                # How far the face and the tip moved.
-                                reach2 = F0
+                                # Within how far the face and the capsule moved.
+                                moved = F0
                                 for vi in (i0, i1, i2):
-                                    mx = pos[0, vi] - prev[0, vi]
-                                    my = pos[1, vi] - prev[1, vi]
-                                    mz = pos[2, vi] - prev[2, vi]
-                                    reach2 = max(reach2, mx * mx + my * my + mz * mz)
-                                k3 = 3 * tip
-                                mx = cap1[j, k3] - cap0[j, k3]
-                                my = cap1[j, k3 + 1] - cap0[j, k3 + 1]
-                                mz = cap1[j, k3 + 2] - cap0[j, k3 + 2]
-                                moved = np.sqrt(reach2) + np.sqrt(mx * mx + my * my + mz * mz)
+                                    moved = max(moved, _moved(prev, vi, pos[0, vi], pos[1, vi], pos[2, vi]))
+                                moved += _travel(cap0, cap1, j)
                                 if abs(da if tip == 0 else db) > (c[8] if tip == 0 else c[9]) + moved:
                                     tip = -1
                         if tip >= 0:

@@ -222,8 +222,8 @@ def test_face_pass_finds_a_stretched_triangle_around_an_end(stretch):
     clist = np.zeros(3, np.uint32)
     assert np.linalg.norm(x - b, axis=1).min() > r + margin + surface.reach or stretch == 1.0
     n = edges.project_faces_into(pos, pos.copy(), np.ones(3, np.float32), cap, cap, np.zeros(3, np.int32),
-                                 np.zeros(3, np.float32), np.arange(3, dtype=np.uint32), 3, surface.edge_start, surface.edge_other,
-                                 surface.tri_start, surface.tri_list, tris, surface.tri_stamp,
+                                 np.zeros(3, np.float32), np.arange(3, dtype=np.uint32), 3, surface.edge_start,
+                                 surface.edge_other, surface.tri_start, surface.tri_list, tris, surface.tri_stamp,
                                  np.float32(surface.reach), pre, margin, contact, clist, 0)
     assert n == 3
     centroid = pos.T.astype(np.float64).mean(axis=0)
