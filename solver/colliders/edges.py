@@ -405,6 +405,19 @@ def _barycentric(x0, y0, z0, v0, v1, yx, yy, yz):
     return F1 - b1 - b2, b1, b2
 
 
+@njit(inline="always", **JIT)
+def _triangle_frame(x, i0, i1, i2):
+    """Corner x0 of the triangle i0 i1 i2 of rows x (3, n), its edges v0, v1
+    from it and their cross product (not normalised)."""
+    x0, y0, z0 = x[0, i0], x[1, i0], x[2, i0]
+    v0 = (x[0, i1] - x0, x[1, i1] - y0, x[2, i1] - z0)
+    v1 = (x[0, i2] - x0, x[1, i2] - y0, x[2, i2] - z0)
+    nx = v0[1] * v1[2] - v0[2] * v1[1]
+    ny = v0[2] * v1[0] - v0[0] * v1[2]
+    nz = v0[0] * v1[1] - v0[1] * v1[0]
+    return x0, y0, z0, v0, v1, nx, ny, nz
+
+
 # _through_end: the axis went through the triangle, not past a tip.
 NEARER = -2
 
@@ -418,12 +431,7 @@ def _through_end(prev, i0, i1, i2, cap0, j, nx, ny, nz, da):
     of it; NEARER when the axis crossed the plane outside the triangle then
     (the face slid or swung over a tip: its edges kept out of the capsule)
     or the triangle turned over; -1 when the axis pierced it then too."""
-    x0, y0, z0 = prev[0, i0], prev[1, i0], prev[2, i0]
-    u = (prev[0, i1] - x0, prev[1, i1] - y0, prev[2, i1] - z0)
-    v = (prev[0, i2] - x0, prev[1, i2] - y0, prev[2, i2] - z0)
-    mx = u[1] * v[2] - u[2] * v[1]
-    my = u[2] * v[0] - u[0] * v[2]
-    mz = u[0] * v[1] - u[1] * v[0]
+    x0, y0, z0, u, v, mx, my, mz = _triangle_frame(prev, i0, i1, i2)
     ax, ay, az = cap0[j, 0], cap0[j, 1], cap0[j, 2]
     bx, by, bz = cap0[j, 3], cap0[j, 4], cap0[j, 5]
     da0 = (ax - x0) * mx + (ay - y0) * my + (az - z0) * mz
@@ -529,12 +537,7 @@ def project_faces_into(pos, prev, inv_mass, cap0, cap1, hit, cmask, cand, count,
                 # triangle on the swept entry plane: only a tip that went
                 # through the face moves it.
                 held = hit[i0] == j + 1 or hit[i1] == j + 1 or hit[i2] == j + 1
-                x0, y0, z0 = pos[0, i0], pos[1, i0], pos[2, i0]
-                v0 = (pos[0, i1] - x0, pos[1, i1] - y0, pos[2, i1] - z0)
-                v1 = (pos[0, i2] - x0, pos[1, i2] - y0, pos[2, i2] - z0)
-                nx = v0[1] * v1[2] - v0[2] * v1[1]
-                ny = v0[2] * v1[0] - v0[0] * v1[2]
-                nz = v0[0] * v1[1] - v0[1] * v1[0]
+                x0, y0, z0, v0, v1, nx, ny, nz = _triangle_frame(pos, i0, i1, i2)
                 nl = np.sqrt(nx * nx + ny * ny + nz * nz)
                 if nl < EPS:
                     continue
