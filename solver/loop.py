@@ -45,7 +45,7 @@ from .constraints.bending import solve_bending_colours
 from .constraints.distance import solve_distance_colours
 from .constraints.pins import solve_soft_pins
 from .constraints.hierarchy import contact_gate, mark_touched, solve_hierarchy4
-from .constraints.pressure import PressureRecord, solve_pressure
+from .constraints.pressure import PressureRecord, keep_rigid_motion, solve_pressure
 from .constraints.sewing import SewingRecord, solve_sewing, solve_sewing4
 from .constraints.skinned import SkinnedRecord, animated_normals, solve_skinned
 from .constraints.tethers import TetherRecord, solve_tethers, solve_tethers_fast4
@@ -165,7 +165,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     sew = SewingRecord(*sewing_arrays)
     pressure = PressureRecord(*pressure_arrays)
     skinned = SkinnedRecord(*skinned_arrays)
-    use_sewing = GENERAL and sew.ab.shape[0] > 0
+    use_sewing = GENERAL and sew.t.shape[0] > 0
     use_pressure = GENERAL and pressure.w.shape[0] > 0
     use_skinned = GENERAL and skinned.vertex.shape[0] > 0
     cap0, cap1, plane1, box0, box1, sweep = colliders
@@ -188,10 +188,17 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     collides = has_contacts or use_boxes or (GENERAL and meshes is not None and meshes[2].shape[0] > 0)
     fast_tethers = fast and use_tethers and cfg.d_tether == F0
     kin, soft, soft_alpha, pin_start, pin_end = pins
+    # A free cloth with pressure: each iteration's constraint moves, up to
+    # the pressure, are taken without the rigid motion they add up to
+    # (constraints/pressure.py, keep_rigid_motion).
+    # A cloth held by max distance, a backstop or soft pins is held by its
+    # animation (external): there the pass is left out.
+    rigid_free = use_pressure and pressure.coef[2] > F0 and not use_skinned and soft.shape[0] == 0
     h = cfg.h
     ha = F1 / (h * h)
     margin = cfg.margin
     p4 = np.empty(4 * pos.shape[1], dtype=np.float32)
+    moved_from = np.empty((3, pos.shape[1] if rigid_free else 0), dtype=np.float32)
     sel, cand, clist = vertex_lists(pos.shape[1])
     saved = np.empty(pos.shape[1], dtype=np.float32)   # _save_pushes
     # Only capsules, and nothing that moves vertices after the records are
@@ -254,6 +261,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         for _ in range(iterations):
             # ---- constraints
             count = -1
+            if GENERAL and rigid_free:
+                moved_from[:] = pos
             if GENERAL and not fast:
                 if use_hierarchy:
                     to_aos4(pos, p4)
@@ -263,7 +272,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if cfg.use_limits != F0:
                     solve_distance_fast(pos, limits.ab, limits.coef, True)
                 if use_sewing:
-                    solve_sewing(pos, sew.ab, sew.w, sew.coef)
+                    solve_sewing(pos, sew.vab, sew.w, sew.coef, sew.t, sew.rest, sew.hold, sew.closed)
             else:
                 to_aos4(pos, p4)
                 if use_hierarchy:
@@ -286,7 +295,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 # Sewing on the records too, before they are read back: the
                 # list of vertices near the capsules sees its moves.
                 if GENERAL and use_sewing:
-                    solve_sewing4(p4, sew.ab_rec, sew.w, sew.coef)
+                    solve_sewing4(p4, sew.vab_rec, sew.w, sew.coef, sew.t, sew.rest, sew.hold, sew.closed)
                 if listed and self_contacts is None and not use_pressure:
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
                 else:   # pressure moves every vertex: the list follows it
@@ -295,6 +304,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 # On the rows (a pass over the triangles' records was slower);
                 # the vertices near the capsules are listed again after it.
                 solve_pressure(pos, pressure.tris, pressure.w, pressure.grad, pressure.coef)
+                if rigid_free:
+                    keep_rigid_motion(pos, moved_from, pressure.mass, pressure.coef[2])
                 if listed and self_contacts is None:
                     count = collect_rows(pos, hit, ubox1, cand, sel)
             if use_tethers and not fast_tethers:

@@ -21,12 +21,14 @@ class State:
     """Positions and velocities, structure of arrays float32 (3, n), world space.
 
     pin_targets holds the pin targets at the end of the last step (the start
-    of the next one)."""
+    of the next one). seams: (stitches,) uint8, 1 where a stitch has closed
+    (constraints/sewing.py; None until the first step with stitches)."""
 
-    def __init__(self, positions, velocities, pin_targets):
+    def __init__(self, positions, velocities, pin_targets, seams=None):
         self.positions = positions
         self.velocities = velocities
         self.pin_targets = pin_targets
+        self.seams = seams
 
     def positions_aos(self):
         """(n, 3) float32 copy of the positions."""
@@ -36,7 +38,8 @@ class State:
         return np.ascontiguousarray(self.velocities.T)
 
     def copy(self):
-        return State(self.positions.copy(), self.velocities.copy(), self.pin_targets.copy())
+        return State(self.positions.copy(), self.velocities.copy(), self.pin_targets.copy(),
+                     None if self.seams is None else self.seams.copy())
 
 
 class Model:
@@ -169,7 +172,7 @@ class Model:
         """Stitch vertex pairs (m, 2) of different panels (Blender's loose
         edges); None or empty removes them. Raises SolverError and changes
         nothing for a pair inside one panel or at a vertex in no polygon."""
-        sewing = SewingConstraints(self.n, pairs, self.face_indices, self.face_sizes)
+        sewing = SewingConstraints(self.n, pairs, self.face_indices, self.face_sizes, self.rest_positions)
         sewing.set_inverse_masses(self.inv_mass)
         self.sewing = sewing
         self.pin_version += 1   # step() rebuilds its cached records

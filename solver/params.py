@@ -116,9 +116,11 @@ class ClothParams:
 
     # Garment authoring (all off by default; see constraints/sewing.py,
     # shrink.py, pressure.py, skinned.py and Model.set_sewing / set_garment_weights).
-    # Sewing: the model's stitches (Model.set_sewing) are zero-length distance
-    # constraints of this compliance (m/N), each pulling with at most
-    # sewing_max_force newtons (0 = no limit) until the seam closes.
+    # Sewing: the model's stitches (Model.set_sewing) are distance
+    # constraints of this compliance (m/N), of rest length 0 where the two
+    # borders meet vertex for vertex, each pulling with at most
+    # sewing_max_force newtons (0 = no limit) until the seam closes; a
+    # closed seam holds under any load (constraints/sewing.py).
     sewing_compliance: float = 0.0
     sewing_max_force: float = 0.0
     # Rest lengths scale by 1 - shrink (negative grows); with a shrink group,

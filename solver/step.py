@@ -221,6 +221,9 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
             run = threads.colour_split(model, cached, params, run)
     else:
         run, records = loop.run_general, cached.records
+        if len(model.sewing.t):
+            # Which stitches have closed is the state's (State.seams).
+            records = records[:5] + (model.sewing.record(records[5], state),) + records[6:]
         if meshes is None:
             meshes = NO_MESHES   # the same compiled run_general as with mesh colliders
     with _FAST:

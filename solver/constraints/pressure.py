@@ -7,6 +7,14 @@ gradient at a vertex is the sum over its triangles of the opposite edge's
 cross product / 6 (area-weighted normals), so one XPBD update moves every
 vertex along its normal by w_i dl grad_i. A pressure group scales the
 inverse masses the update uses: weight 0 vertices do not move for it.
+Over a closed mesh the gradients sum to zero, so the update moves the
+centre of mass nowhere and turns the cloth about it not at all (to first
+order); weighted by a group they do not, and a free cloth (no kinematic
+vertex to push against) would push itself along, and where pressure and
+stretch fight it spins. For a free cloth the loop takes the rigid motion
+out of each iteration's constraint moves (keep_rigid_motion), and the gas
+pushes the painted part out and the rest of the cloth back, as a balloon
+does.
 
 Build: PressureConstraint (checks the mesh is closed, the rest volume).
 Solve: solve_pressure.
@@ -22,8 +30,11 @@ from ..jit import KERNEL as JIT
 from ..params import SolverError
 
 # tris: (4, q) the triangles in pairs (pair_triangles); w: (n,) inverse mass
-# times group weight (empty: no pressure); grad: (3, n) scratch; coef: target volume V* (m^3), alpha~.
-PressureRecord = namedtuple("PressureRecord", "tris w grad coef")
+# times group weight (empty: no pressure); grad: (3, n) scratch; coef: target
+# volume V* (m^3), alpha~, and 1 / the cloth's mass where the loop keeps the
+# constraints' moves free of rigid motion (keep_rigid_motion; 0: it does
+# not); mass: (n,) each vertex's mass, 0 where it is kinematic.
+PressureRecord = namedtuple("PressureRecord", "tris w grad coef mass")
 
 
 def open_edges(triangles):
@@ -94,7 +105,8 @@ class PressureConstraint:
         self.inv_mass = np.zeros(self.n, dtype=np.float32)
         self.w_active = np.zeros(self.n, dtype=np.float32)
         self.grad = np.zeros((3, self.n), dtype=np.float32)
-        self.coef = np.zeros(2, dtype=np.float32)
+        self.coef = np.zeros(3, dtype=np.float32)
+        self.mass = np.zeros(self.n, dtype=np.float32)
         self._none = np.zeros(0, dtype=np.float32)
 
     def set_weight(self, weight):
@@ -107,10 +119,20 @@ class PressureConstraint:
     def set_inverse_masses(self, inv_mass):
         self.inv_mass = as_f32(inv_mass)
         self.w_active = as_f32(self.inv_mass * self.weight)
+        free = self.inv_mass > 0
+        self.mass = as_f32(np.where(free, 1.0 / np.where(free, self.inv_mass, 1.0), 0.0))
+
+    def _recentre(self):
+        """1 / the cloth's mass where the loop keeps its rigid motion out of
+        the constraints' moves (keep_rigid_motion: a cloth with no
+        kinematic vertex), else 0."""
+        if self.n == 0 or np.any(self.inv_mass == 0):
+            return 0.0
+        return 1.0 / float(self.mass.astype(np.float64).sum())
 
     def prepare(self, c, inv_h2):
         if c["use_pressure"] == 0:
-            r = PressureRecord(self.tris, self._none, self.grad, self.coef)
+            r = PressureRecord(self.tris, self._none, self.grad, self.coef, self.mass)
             return r, r
         if self.open:
             raise SolverError(f"pressure needs a closed mesh, and this one has {self.open} open edge(s) "
@@ -119,8 +141,75 @@ class PressureConstraint:
             raise SolverError("pressure needs a mesh that encloses a volume (its rest volume is 0)")
         self.coef[0] = c["pressure_volume"] * self.rest_volume
         self.coef[1] = c["a_pressure"] * inv_h2
-        r = PressureRecord(self.tris, self.w_active, self.grad, self.coef)
+        self.coef[2] = self._recentre()
+        r = PressureRecord(self.tris, self.w_active, self.grad, self.coef, self.mass)
         return r, r
+
+
+@njit(**JIT)
+def keep_rigid_motion(pos, ref, mass, inv_total):
+    """Take out of the moves pos - ref (each vertex's, since ref was taken)
+    the rigid motion they add up to: their mass-weighted mean (a
+    translation) and their net turn about the centre of mass (a rotation,
+    I^-1 L). Internal constraints move a free cloth's centre of mass and
+    turn it about that centre not at all, but only to first order in their
+    corrections: where pressure and stretch fight every substep (a balloon
+    at a volume its fabric cannot reach without stretching), the second
+    order terms of a chiral triangulation add up to a steady spin; and a
+    pressure group's weighted push has a net push and turn of its own.
+    Neither a translation nor a rotation changes the volume. mass: (n,),
+    0 where kinematic (those stay); inv_total: 1 / the sum of mass.
+    Float64 sums, in vertex order."""
+    n = pos.shape[1]
+    px, py, pz = pos[0], pos[1], pos[2]
+    qx, qy, qz = ref[0], ref[1], ref[2]
+    cx = cy = cz = 0.0
+    for i in range(n):
+        m = float(mass[i])
+        cx += m * float(qx[i])
+        cy += m * float(qy[i])
+        cz += m * float(qz[i])
+    k = float(inv_total)
+    cx, cy, cz = cx * k, cy * k, cz * k
+    tx = ty = tz = lx = ly = lz = 0.0
+    ixx = iyy = izz = ixy = ixz = iyz = 0.0
+    for i in range(n):
+        m = float(mass[i])
+        if m == 0.0:
+            continue
+        dx = m * (float(px[i]) - float(qx[i]))
+        dy = m * (float(py[i]) - float(qy[i]))
+        dz = m * (float(pz[i]) - float(qz[i]))
+        rx, ry, rz = float(qx[i]) - cx, float(qy[i]) - cy, float(qz[i]) - cz
+        tx += dx
+        ty += dy
+        tz += dz
+        lx += ry * dz - rz * dy
+        ly += rz * dx - rx * dz
+        lz += rx * dy - ry * dx
+        ixx += m * (ry * ry + rz * rz)
+        iyy += m * (rx * rx + rz * rz)
+        izz += m * (rx * rx + ry * ry)
+        ixy -= m * rx * ry
+        ixz -= m * rx * rz
+        iyz -= m * ry * rz
+    # omega = I^-1 L (the symmetric 3 x 3 by its adjugate; none if singular).
+    a00, a01, a02 = iyy * izz - iyz * iyz, ixz * iyz - ixy * izz, ixy * iyz - ixz * iyy
+    a11, a12, a22 = ixx * izz - ixz * ixz, ixy * ixz - ixx * iyz, ixx * iyy - ixy * ixy
+    det = ixx * a00 + ixy * a01 + ixz * a02
+    ox = oy = oz = 0.0
+    if abs(det) > 1e-30 * (ixx + iyy + izz) ** 3:
+        ox = (a00 * lx + a01 * ly + a02 * lz) / det
+        oy = (a01 * lx + a11 * ly + a12 * lz) / det
+        oz = (a02 * lx + a12 * ly + a22 * lz) / det
+    tx, ty, tz = tx * k, ty * k, tz * k
+    for i in range(n):
+        if mass[i] == F0:
+            continue
+        rx, ry, rz = float(qx[i]) - cx, float(qy[i]) - cy, float(qz[i]) - cz
+        px[i] -= np.float32(tx + oy * rz - oz * ry)
+        py[i] -= np.float32(ty + oz * rx - ox * rz)
+        pz[i] -= np.float32(tz + ox * ry - oy * rx)
 
 
 @njit(inline="always", **JIT)

@@ -126,7 +126,7 @@ class RestScale:
         when they or the weights changed)."""
         key = tuple(float(getattr(params, f)) for f in FIELDS) + (
             int(params.iterations), float(params.stretch_damping), float(params.shear_damping),
-            float(params.bend_damping))
+            float(params.bend_damping), id(self.model.tethers))
         if key == self._key:
             return
         p = params
@@ -192,6 +192,17 @@ class RestScale:
             # Never shorter than modelled: limits that shrink first snap a
             # shrinking sheet into folds before its edges follow.
             limits.rest[:] = self.base_rest[name] * np.maximum((1.0 - s) * grow, 1.0)
+        # Tethers likewise, by the most any part of the cloth grows (a
+        # tether's path may cross any of it), never below their modelled
+        # lengths: a growing pinned sheet hung at its modelled size.
+        tethers = m.tethers
+        if len(tethers):
+            s = float(p.shrink)
+            w = self.weights.get("shrink")
+            if w is not None and len(w):
+                s = min(s, s + (float(p.shrink_max) - s) * float(w.max()), s + (float(p.shrink_max) - s) * float(w.min()))
+            grow = max((1.0 - s) * max(1.0 - float(p.shrink_warp), 1.0 - float(p.shrink_weft)), 1.0)
+            tethers.length[:] = tethers.base_length * grow
         bend = m.bend
         gw = self.weights.get("bend")
         if gw is not None and p.bend_weight_max != 1 and len(bend):

@@ -36,6 +36,9 @@ class Tethers:
         self.vertex_rec = np.ascontiguousarray(tv * 4, dtype=np.uint32)
         self.anchor_rec = np.ascontiguousarray(ta * 4, dtype=np.uint32)
         self.length = np.ascontiguousarray(tl, dtype=np.float32)
+        # The modelled lengths; length is these times a garment's growth
+        # (shrink.RestScale: a cloth that grows is not held at its size).
+        self.base_length = self.length.copy()
         self.w = np.ascontiguousarray(inv_mass[tv], dtype=np.float32)
 
     def __len__(self):

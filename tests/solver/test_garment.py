@@ -108,6 +108,109 @@ def test_a_stitch_inside_one_panel_is_refused_and_changes_nothing():
         lonely.set_sewing([[0, len(loose) - 1]])
 
 
+def _polyline_distance(p, chain, closed=False):
+    """Exact distance from point p to the polyline through chain's points."""
+    a = chain if not closed else np.concatenate([chain, chain[:1]])
+    u, v = a[:-1], a[1:]
+    d = v - u
+    t = np.clip(np.einsum("ij,ij->i", p - u, d) / np.maximum(np.einsum("ij,ij->i", d, d), 1e-30), 0.0, 1.0)
+    return float(np.linalg.norm(u + t[:, None] * d - p, axis=1).min())
+
+
+def _strip_pair(na, nb, length=0.6, gap=0.25, rows=3):
+    """Two flat panels side by side in the XY plane, their facing borders
+    (along x, the same length) of na and nb vertices, zipped by pair_loops
+    as drape.sew_edge_loops does: (rest, faces, sizes, stitches, border a,
+    border b)."""
+    from drape.solver.constraints.sewing import pair_loops
+
+    def panel(nx, y0, y1):
+        xs = np.linspace(0.0, length, nx)
+        ys = np.linspace(y0, y1, rows + 1)
+        pts = np.array([(x, y, 0.0) for y in ys for x in xs])
+        quads = [(j * nx + i, j * nx + i + 1, (j + 1) * nx + i + 1, (j + 1) * nx + i)
+                 for j in range(rows) for i in range(nx - 1)]
+        return pts, np.array(quads)
+
+    pa, qa = panel(na, -0.2, 0.0)            # its top row (y = 0) is its seam
+    pb, qb = panel(nb, gap, gap + 0.2)       # its bottom row (y = gap)
+    rest = np.concatenate([pa, pb])
+    quads = np.concatenate([qa, qb + len(pa)])
+    border_a = np.arange(rows * na, (rows + 1) * na)
+    border_b = len(pa) + np.arange(nb)
+    pairs = pair_loops(rest[border_a], rest[border_b])
+    stitches = np.stack([border_a[pairs[:, 0]], border_b[pairs[:, 1]]], axis=1)
+    return rest, quads.reshape(-1), np.full(len(quads), 4), stitches, border_a, border_b
+
+
+@pytest.mark.parametrize("na,nb", [(10, 7), (7, 10), (13, 5), (9, 9)])
+@pytest.mark.parametrize("substeps", [2, 6])
+def test_borders_of_different_vertex_counts_sew_into_one_seam_line(na, nb, substeps):
+    """Loose edges between borders of different counts (fans) close the
+    seam: every border vertex ends on the other border's polyline (the
+    oracle: exact point-polyline distance) within 1.5 mm (zero-length
+    stitches along every loose edge left them 5-15 mm apart), and the
+    border edges keep their lengths (no edge squeezed shut between two
+    stitches of one fan, as they were to a fifth)."""
+    rest, fi, fs, stitches, ba, bb = _strip_pair(na, nb)
+    params = ClothParams(substeps=substeps, gravity=(0, 0, 0), sewing_max_force=0.5, air_drag=2.0)
+    model = _model(rest, fi, fs, params)
+    model.set_sewing(stitches)
+    state = model.new_state()
+    for _ in range(120):
+        step(model, state, None, 1 / 24, params)
+    x = state.positions_aos().astype(np.float64)
+    assert np.all(np.isfinite(x))
+    far = max(max(_polyline_distance(x[i], x[bb]) for i in ba), max(_polyline_distance(x[i], x[ba]) for i in bb))
+    assert far <= 1.5e-3, f"{far * 1e3:.2f} mm from the other border"
+    for border in (ba, bb):
+        ratio = _lengths(x, np.stack([border[:-1], border[1:]], 1)) / _lengths(rest, np.stack([border[:-1],
+                                                                                                  border[1:]], 1))
+        assert ratio.min() > 0.97, ratio.min()
+    assert np.abs(model.sewing.gaps(x)).max() <= 1.5e-3
+
+
+@pytest.mark.parametrize("substeps", [2, 4, 8])
+def test_a_closed_seam_holds_a_load_above_the_max_sewing_force(substeps):
+    """A hem: the bottom panel hangs from the top one by its stitches only.
+    With gravity off the seam closes at a tenth of the weight per stitch;
+    then gravity comes on, three times the max force per stitch, and the
+    closed seam holds (every stitch under 1 mm in every frame) instead of
+    opening under the load."""
+    nx, width, height, gap = 6, 0.3, 0.12, 0.2
+    verts, quads = [], []
+    for base in (0.0, -gap - height):
+        b = len(verts)
+        verts += [(width * i / nx, 0.0, base + height * j / 3) for j in range(4) for i in range(nx + 1)]
+        quads += [(b + j * (nx + 1) + i, b + j * (nx + 1) + i + 1, b + (j + 1) * (nx + 1) + i + 1,
+                   b + (j + 1) * (nx + 1) + i) for j in range(3) for i in range(nx)]
+    rest = np.array(verts)
+    top = 4 * (nx + 1)
+    stitches = np.array([(i, top + 3 * (nx + 1) + i) for i in range(nx + 1)])
+    fi, fs = np.array(quads).reshape(-1), np.full(len(quads), 4)
+    pin = ((np.arange(len(rest)) < top) & np.isclose(rest[:, 2], height)).astype(float)
+    density = 0.3
+    per_stitch = density * width * height * 9.81 / len(stitches)
+    off, on = (ClothParams(substeps=substeps, sewing_max_force=per_stitch / 3, gravity=g)
+               for g in ((0, 0, 0), (0, 0, -9.81)))
+    model = _model(rest, fi, fs, off, pin=pin, density=density)
+    model.set_sewing(stitches)
+    state = model.new_state()
+    inputs = StepInputs(pin_targets=rest)
+    for _ in range(90):
+        step(model, state, inputs, 1 / 24, off)
+    assert _lengths(state.positions_aos(), stitches).max() <= 1e-3
+    worst = 0.0
+    for _ in range(72):
+        step(model, state, inputs, 1 / 24, on)
+        worst = max(worst, _lengths(state.positions_aos(), stitches).max())
+    assert worst <= 1e-3, f"{worst * 1e3:.1f} mm"
+    # A new state starts with its seams open again (the cap applies).
+    fresh = model.new_state()
+    step(model, fresh, inputs, 1 / 24, on)
+    assert fresh.seams is not None and not fresh.seams.any()
+
+
 def test_the_default_loop_stays_without_garment_settings():
     import sys
 
@@ -139,6 +242,28 @@ def test_shrink_settles_every_edge_at_its_scaled_rest_length(substeps, shrink, h
     pairs = model.stretch.pairs
     ratio = _lengths(state.positions_aos(), pairs) / _lengths(rest, pairs)
     assert np.allclose(ratio, 1.0 - shrink, rtol=0.01)
+
+
+@pytest.mark.parametrize("shrink", [-0.1, -0.2])
+@pytest.mark.parametrize("substeps", [4, 10])
+def test_a_pinned_hanging_sheet_grows_to_its_scaled_length(shrink, substeps):
+    """Hung from its top row, with the default tethers and stretch limits, a
+    sheet with a negative shrink s (it grows) hangs at (1 - s) of its
+    modelled length: its
+    vertical edges' mean length ratio is 1 - s within 1 % (the tethers kept
+    a growing sheet at its modelled length, and it buckled)."""
+    rest, fi, fs = _sheet(10, 12, 0.48, offset=(0.0, 0.0, -0.48), plane="xz")
+    pin = np.isclose(rest[:, 2], rest[:, 2].max()).astype(float)
+    params = ClothParams(substeps=substeps, shrink=shrink, air_drag=1.0, settle_damping=10.0)
+    model = _model(rest, fi, fs, params, pin=pin, density=0.15)
+    state = model.new_state()
+    for _ in range(300):
+        step(model, state, StepInputs(pin_targets=rest), 1 / 60, params)
+    x = state.positions_aos().astype(np.float64)
+    pairs = model.stretch.pairs
+    vertical = np.isclose(rest[pairs[:, 0], 0], rest[pairs[:, 1], 0])
+    ratio = _lengths(x, pairs[vertical]) / _lengths(rest, pairs[vertical])
+    assert ratio.mean() == pytest.approx(1.0 - shrink, rel=0.01)
 
 
 def test_a_shrink_group_shrinks_only_where_it_is_painted():
@@ -340,6 +465,58 @@ def test_an_inflated_box_struck_by_a_capsule_keeps_its_volume_and_calms(substeps
     assert _volume(state.positions_aos(), fi, fs) == pytest.approx(1.1, rel=0.02)
 
 
+def _uv_sphere(radius=0.25, segments=20, rings=10):
+    """A closed UV sphere of quads (triangles at the poles), outward."""
+    v = [(0.0, 0.0, radius)]
+    for k in range(1, rings):
+        th = np.pi * k / rings
+        v += [(radius * np.sin(th) * np.cos(2 * np.pi * s / segments),
+               radius * np.sin(th) * np.sin(2 * np.pi * s / segments), radius * np.cos(th)) for s in range(segments)]
+    v.append((0.0, 0.0, -radius))
+    faces = [(0, 1 + s, 1 + (s + 1) % segments) for s in range(segments)]
+    for k in range(rings - 2):
+        b = 1 + k * segments
+        faces += [(b + s, b + segments + s, b + segments + (s + 1) % segments, b + (s + 1) % segments)
+                  for s in range(segments)]
+    last, b = len(v) - 1, 1 + (rings - 2) * segments
+    faces += [(b + s, last, b + (s + 1) % segments) for s in range(segments)]
+    return np.array(v), np.array([i for f in faces for i in f]), np.array([len(f) for f in faces])
+
+
+@pytest.mark.parametrize("group", [False, True])
+@pytest.mark.parametrize("substeps,stretch", [(2, 1e-3), (6, 1e-3), (6, 0.0)])
+def test_a_free_balloon_neither_drifts_nor_spins(group, substeps, stretch):
+    """A free balloon (no pins, no gravity) inflated to 1.2 of its volume,
+    with a pressure group on its lower half or without one: its centre of
+    mass stays within 1 mm of where it started and its angular momentum
+    about it stays near zero over 3 s (a group's weighted push carried the
+    balloon off at tens of metres a second, and pressure fighting stretch
+    spun it), and it still reaches the target within 2 %."""
+    rest, fi, fs = _uv_sphere()
+    params = ClothParams(substeps=substeps, pressure=True, pressure_volume=1.2, stretch_compliance=stretch,
+                         gravity=(0, 0, 0), air_drag=1.0)
+    model = _model(rest, fi, fs, params)
+    if group:
+        model.set_garment_weights(pressure=(rest[:, 2] < 0).astype(np.float32))
+    mass = model.mass.astype(np.float64)
+    centre0 = (mass[:, None] * rest).sum(axis=0) / mass.sum()
+    v0 = _volume(rest, fi, fs)
+    state = model.new_state()
+    spin = 0.0
+    for _ in range(180):
+        step(model, state, None, 1 / 60, params)
+        x, v = state.positions_aos().astype(np.float64), state.velocities_aos().astype(np.float64)
+        c = (mass[:, None] * x).sum(axis=0) / mass.sum()
+        assert np.linalg.norm(c - centre0) < 1e-3
+        spin = max(spin, float(np.linalg.norm((mass[:, None] * np.cross(x - c, v)).sum(axis=0))))
+    # Angular momentum of the whole balloon turning at 0.05 rad/s (it spun
+    # at 1-9 rad/s).
+    inertia = float((mass * ((x - c) ** 2).sum(axis=1)).sum())
+    assert spin < 0.05 * inertia, spin / inertia
+    vol = _volume(x, fi, fs) / v0
+    assert vol == pytest.approx(1.2, rel=0.02)
+
+
 def test_pressure_on_an_open_mesh_is_refused_and_changes_nothing():
     rest, fi, fs = _sheet(4, 4)
     params = ClothParams(pressure=True)
@@ -453,7 +630,7 @@ def test_one_pressure_update_moves_only_weighted_vertices_and_reaches_the_target
     weight = (rest[:, 2] > 0).astype(np.float32)   # the top half only
     model.set_garment_weights(pressure=weight)
     p = model.pressure
-    coef = np.array([target * p.rest_volume, 0.0], np.float32)
+    coef = np.array([target * p.rest_volume, 0.0, 0.0], np.float32)   # not recentred
     pos = np.ascontiguousarray(rest.T, np.float32)
     solve_pressure(pos, p.tris, p.w_active, p.grad, coef)
     x = pos.T.astype(np.float64)
