@@ -6,7 +6,20 @@ import bpy
 from bpy.props import BoolProperty, StringProperty
 from bl_operators.presets import AddPresetBase
 
-from ..scene import meshdata, runtime, writeback
+from ..scene import garment, meshdata, runtime, writeback
+
+
+class _Sewing:
+    """A cloth's settings as they will be with Sewing on (for the checks
+    before cloth_add turns it on)."""
+
+    use_sewing = True
+
+    def __init__(self, settings):
+        self._settings = settings
+
+    def __getattr__(self, name):
+        return getattr(self._settings, name)
 
 
 def _targets(context):
@@ -42,8 +55,13 @@ class DRAPE_OT_cloth_add(bpy.types.Operator):
             return {'CANCELLED'}
         depsgraph = context.evaluated_depsgraph_get()
         problems = []
+        # Loose edges that all join two panels are stitches (Blender's
+        # convention): such a cloth starts with Sewing on.
+        sewn = [o for o in objs if o.type == 'MESH' and not o.drape.use_sewing
+                and garment.loose_edges_are_stitches(o.data)]
         for obj in objs:
-            problems += meshdata.check_mesh(obj, "cloth", depsgraph=depsgraph)
+            problems += meshdata.check_mesh(obj, "cloth", settings=_Sewing(obj.drape) if obj in sewn else None,
+                                            depsgraph=depsgraph)
             if self.pin_group and obj.type == 'MESH' and obj.vertex_groups.get(self.pin_group) is None:
                 problems.append(f"'{obj.name}' has no vertex group '{self.pin_group}' (its pin group)")
         if problems:  # all or nothing: no object changes when one is unusable
@@ -55,9 +73,14 @@ class DRAPE_OT_cloth_add(bpy.types.Operator):
             if self.pin_group:
                 settings.pin_group = self.pin_group
             settings.enabled = True
+            if obj in sewn:
+                settings.use_sewing = True
             writeback.ensure_modifier(obj)
         names = ", ".join(f"'{o.name}'" for o in objs)
         self.report({'INFO'}, f"Drape cloth added to {names}; play the timeline to simulate")
+        if sewn:
+            self.report({'INFO'}, "Sewing turned on for " + ", ".join(f"'{o.name}'" for o in sewn)
+                        + ": their loose edges join panels and are sewn as stitches")
         return {'FINISHED'}
 
 
@@ -207,6 +230,23 @@ def _border_chains(bm):
     return chains, None
 
 
+def _same_panel(va, vb):
+    """Whether two bmesh vertices lie on one piece of the polygons (joined
+    through faces)."""
+    seen = {va}
+    todo = [va]
+    while todo:
+        v = todo.pop()
+        if v is vb:
+            return True
+        for face in v.link_faces:
+            for u in face.verts:
+                if u not in seen:
+                    seen.add(u)
+                    todo.append(u)
+    return False
+
+
 class DRAPE_OT_sew_edge_loops(bpy.types.Operator):
     """Stitch two selected border edge loops with loose edges (any vertex counts): Drape's sewing pulls them
     together"""
@@ -238,6 +278,10 @@ class DRAPE_OT_sew_edge_loops(bpy.types.Operator):
         (a, closed_a), (b, closed_b) = chains
         if closed_a != closed_b:
             self.report({'ERROR'}, "Select two closed loops or two open edge chains, not one of each")
+            return {'CANCELLED'}
+        if _same_panel(a[0], b[0]):
+            self.report({'ERROR'}, f"'{obj.name}': both loops are borders of one panel; sewing joins two "
+                                   f"different panels (pieces of the mesh), nothing changed")
             return {'CANCELLED'}
         pairs = pair_loops(np.array([v.co for v in a]), np.array([v.co for v in b]), closed_a)
         made = 0

@@ -61,6 +61,23 @@ def loose_edges(mesh):
     return verts.reshape(-1, 2)[~used].astype(np.int64)
 
 
+def loose_edges_are_stitches(mesh):
+    """True when the mesh has loose edges and every one joins two different
+    panels (pieces of its polygons): what sewing takes as stitches."""
+    from ..solver.constraints.sewing import panels
+
+    pairs = loose_edges(mesh)
+    if len(pairs) == 0 or len(mesh.polygons) == 0:
+        return False
+    topo_sizes = np.empty(len(mesh.polygons), np.int64)
+    mesh.polygons.foreach_get("loop_total", topo_sizes)
+    corners = np.empty(len(mesh.loops), np.int64)
+    mesh.loops.foreach_get("vertex_index", corners)
+    label = panels(len(mesh.vertices), corners, topo_sizes)
+    a, b = label[pairs[:, 0]], label[pairs[:, 1]]
+    return bool(np.all((a >= 0) & (b >= 0) & (a != b)))
+
+
 def group_weights(obj, mesh, name):
     """(n,) float32 weights of vertex group ``name`` (0 outside it), or None
     when ``obj`` has no such group."""

@@ -336,8 +336,15 @@ def check_mesh(obj, role="cloth", settings=None, depsgraph=None):
         problems.append(f"'{obj.name}' has {loose_verts} loose vertices not used by any face: "
                         f"delete them (Mesh > Clean Up > Delete Loose)")
     if topo.loose_edges and not (role == "cloth" and getattr(settings, "use_sewing", False)):  # sewing's stitches
-        problems.append(f"'{obj.name}' has {topo.loose_edges} loose edges not used by any face: "
-                        f"delete them (Mesh > Clean Up > Delete Loose)")
+        from .garment import loose_edges_are_stitches
+
+        if role == "cloth" and loose_edges_are_stitches(mesh):
+            problems.append(f"'{obj.name}' has {topo.loose_edges} loose edges between its panels: turn on "
+                            f"Garment > Sewing to sew them as stitches, or delete them (Mesh > Clean Up > "
+                            f"Delete Loose)")
+        else:
+            problems.append(f"'{obj.name}' has {topo.loose_edges} loose edges not used by any face: "
+                            f"delete them (Mesh > Clean Up > Delete Loose)")
 
     co = local_positions(mesh).astype(np.float64)
     count, words = nonfinite_vertices(co)

@@ -128,6 +128,84 @@ def test_loops_of_different_counts_get_a_stitch_at_every_vertex(empty_scene):
     assert np.abs(co[pairs[:, 0], 2] - co[pairs[:, 1], 2]).max() <= 0.2 / 8 + 1e-6
 
 
+def test_loops_of_different_counts_close_into_one_seam_line(empty_scene):
+    """The Zip panels (5 front and 9 back vertices on the sewn column), sewn
+    and played with no gravity: every vertex of either column ends within
+    1.5 mm of the other column's polyline (exact point-segment distance),
+    and no border edge of the denser column is squeezed shut."""
+    obj, per_panel = panels_object("Zip", nx=6, nz=4)
+    select_only(obj)
+    bpy.ops.object.mode_set(mode='EDIT')
+    bm = bmesh.from_edit_mesh(obj.data)
+    back = [e for e in bm.edges if e.is_boundary and all(abs(v.co.x + 0.25) < 1e-6 and v.co.y < 0 for v in e.verts)]
+    bmesh.ops.subdivide_edges(bm, edges=back, cuts=1)
+    bmesh.update_edit_mesh(obj.data)
+    bpy.ops.object.mode_set(mode='OBJECT')
+    assert sew_columns(obj, -0.25) == {'FINISHED'}
+    co = np.empty(3 * len(obj.data.vertices))
+    obj.data.vertices.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    column = np.abs(co[:, 0] + 0.25) < 1e-6
+    front = np.flatnonzero(column & (co[:, 1] > 0))
+    back = np.flatnonzero(column & (co[:, 1] < 0))
+    front, back = front[np.argsort(co[front, 2])], back[np.argsort(co[back, 2])]
+    select_only(obj)
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+    obj.drape.sewing_max_force = 0.2
+    obj.drape.gravity_scale = 0.0
+    for f in range(1, 73):
+        empty_scene.frame_set(f)
+    x = result_world(obj)
+
+    def to_polyline(p, chain):
+        u, v = x[chain[:-1]], x[chain[1:]]
+        d = v - u
+        t = np.clip(np.einsum("ij,ij->i", p - u, d) / np.einsum("ij,ij->i", d, d), 0.0, 1.0)
+        return np.linalg.norm(u + t[:, None] * d - p, axis=1).min()
+
+    far = max(max(to_polyline(x[i], back) for i in front), max(to_polyline(x[i], front) for i in back))
+    assert far <= 1.5e-3, far
+    edge = np.linalg.norm(x[back[1:]] - x[back[:-1]], axis=1) / np.linalg.norm(co[back[1:]] - co[back[:-1]], axis=1)
+    assert edge.min() > 0.9, edge.min()
+
+
+def test_add_cloth_sews_loose_edges_between_panels(empty_scene):
+    """Loose edges drawn by hand between two panels (Blender's convention
+    for stitches): Add Cloth turns Sewing on and says so; switched off, the
+    panel names Sewing rather than telling the artist to delete them."""
+    obj, per_panel = panels_object("HandSewn", nx=4, nz=2)
+    obj.data.edges.add(3)
+    for k in range(3):
+        obj.data.edges[-3 + k].vertices = (k * 5, per_panel + k * 5)   # the left columns, row by row
+    obj.data.update()
+    select_only(obj)
+    assert not obj.drape.use_sewing
+    assert bpy.ops.drape.cloth_add() == {'FINISHED'}
+    assert obj.drape.enabled and obj.drape.use_sewing
+    obj.drape.use_sewing = False
+    errors = _play_error(obj)
+    assert errors and "'HandSewn'" in errors[0] and "Sewing" in errors[0], errors
+
+
+def test_sewing_two_borders_of_one_panel_is_refused_and_changes_nothing(empty_scene):
+    obj, per_panel = panels_object("OnePanel", nx=4, nz=2)
+    select_only(obj)
+    edges = len(obj.data.edges)
+    bpy.ops.object.mode_set(mode='EDIT')
+    bm = bmesh.from_edit_mesh(obj.data)
+    # The front panel's left and right columns: two borders of one panel.
+    for e in bm.edges:
+        e.select = e.is_boundary and all(abs(abs(v.co.x) - 0.25) < 1e-6 and v.co.y > 0 for v in e.verts)
+    bmesh.update_edit_mesh(obj.data)
+    try:
+        result = bpy.ops.drape.sew_edge_loops()
+    except RuntimeError as exc:   # the operator's ERROR report
+        result = str(exc)
+    bpy.ops.object.mode_set(mode='OBJECT')
+    assert result != {'FINISHED'} and "one panel" in str(result), result
+    assert len(obj.data.edges) == edges and not obj.drape.use_sewing
+
+
 def _play_error(obj, frames=3):
     scene = bpy.context.scene
     for f in range(1, frames + 1):
