@@ -699,8 +699,8 @@ def make_cloth(obj, pin_group="", **settings):
 def dress_sewn(obj, pin_group, gravity_off=False):
     """Make a sewn garment a cloth (Garment > Sewing on) that closes its seams
     over the first frames: at most SEWING_FORCE a stitch until frame
-    SHIRT_GRAVITY_FRAME, no limit after (the limit also caps what a closed
-    seam holds, and the arms coming down would pull it open); with
+    SHIRT_GRAVITY_FRAME, no limit after (a stitch still open then closes
+    at once; a closed one holds whatever the limit); with
     `gravity_off` it floats until then (nothing pinned holds it while the
     seams close). Self collision stays off, so the seams close fully (the
     contacts do not know the stitches). Four iterations: the stitches at the
@@ -882,6 +882,23 @@ def penetrating(points, verts, tris, closed=True, tolerance=1e-3):
     return count
 
 
+def welded(tris, pairs):
+    """Triangles with every stitched vertex renamed to one of its seam (the
+    stitches' vertex pairs joined)."""
+    root = np.arange(int(max(np.max(tris), np.max(pairs) if len(pairs) else 0)) + 1)
+
+    def find(v):
+        while root[v] != v:
+            root[v] = root[root[v]]
+            v = root[v]
+        return v
+
+    for a, b in pairs:
+        ra, rb = find(int(a)), find(int(b))
+        root[max(ra, rb)] = min(ra, rb)
+    return np.vectorize(find)(np.asarray(tris))
+
+
 def seam_gaps(obj, x):
     """(m,) distance across each of `obj`'s stitches (its mesh's loose edges)
     at world positions `x` of its evaluated mesh."""
@@ -917,9 +934,12 @@ def print_quality(scene, cloths, colliders, layers, sewn=()):
         tris = Q.triangulate(fi, fs)
         meshes[obj.name] = (x, tris)
         where = ", ".join(f"{label} {n}" for label, n in inside.items())
+        # A sewn cloth's stitched vertices count as one (a closed seam's two
+        # borders meet along a line: their triangles touch, they do not cross).
+        own = Q.intersecting_pairs(x, welded(tris, stitches(obj)) if obj in sewn else tris)
         print(f"  {obj.name:11s} edge strain mean {strain.mean():+.4f} max {strain.max():.3f}; "
               f"vertices inside colliders {sum(inside.values())} ({where}); "
-              f"intersecting triangle pairs {Q.intersecting_pairs(x, tris)}")
+              f"intersecting triangle pairs {own}")
     a, b = layers
     crossing, _, _ = Q.crossings_between(*meshes[a.name], *meshes[b.name])
     print(f"  {a.name} x {b.name}: intersecting triangle pairs between the two {crossing}")
