@@ -272,7 +272,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 if cfg.use_limits != F0:
                     solve_distance_fast(pos, limits.ab, limits.coef, True)
                 if use_sewing:
-                    solve_sewing(pos, sew.vab, sew.w, sew.coef, sew.t, sew.rest, sew.hold, sew.closed)
+                    solve_sewing(pos, sew.vab, sew.w, sew.coef, sew.t, sew.hold, sew.closed)
             else:
                 to_aos4(pos, p4)
                 if use_hierarchy:
@@ -295,7 +295,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                 # Sewing on the records too, before they are read back: the
                 # list of vertices near the capsules sees its moves.
                 if GENERAL and use_sewing:
-                    solve_sewing4(p4, sew.vab_rec, sew.w, sew.coef, sew.t, sew.rest, sew.hold, sew.closed)
+                    solve_sewing4(p4, sew.vab_rec, sew.w, sew.coef, sew.t, sew.hold, sew.closed)
                 if listed and self_contacts is None and not use_pressure:
                     count = from_aos4_collect(p4, pos, hit, ubox1, cand, sel)
                 else:   # pressure moves every vertex: the list follows it

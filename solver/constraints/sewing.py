@@ -1,8 +1,8 @@
 """Sewing: stitches between panels of one mesh (Blender's convention: loose
 edges, in no polygon, from one panel's border to another's).
 
-A stitch holds a vertex at a point of the other panel's border: C = |p - xv|
-- rest, p = (1 - t) xa + t xb on the border edge (a, b) (t = 0 and a = b: a
+A stitch holds a vertex at a point of the other panel's border: C = |p - xv|,
+p = (1 - t) xa + t xb on the border edge (a, b) (t = 0 and a = b: a
 vertex), with its own compliance (ClothParams.sewing_compliance).
 Between borders that meet vertex for vertex each loose edge is one stitch of
 a vertex to a vertex. Where the two borders have different vertex counts a
@@ -43,11 +43,10 @@ from ..params import SolverError
 # point lies on); w: their inverse masses (3m,); coef: alpha~, largest
 # multiplier per substep (F h^2, 0 = unlimited); vab_rec: the triples as
 # offsets of integrate.to_aos4's records (4 x index), for solve_sewing4;
-# t: (m,) the point's place on a -> b; rest: (m,) rest lengths (m, 0 but
-# where a fan's border is not one path); hold: (m,) how far open a stitch
+# t: (m,) the point's place on a -> b; hold: (m,) how far open a stitch
 # counts as closed, m; closed: (m,) uint8, 1 once a stitch has closed (the
 # force cap no longer applies to it; the State's, see SewingConstraints.record).
-SewingRecord = namedtuple("SewingRecord", "vab w coef vab_rec t rest hold closed")
+SewingRecord = namedtuple("SewingRecord", "vab w coef vab_rec t hold closed")
 
 # A closed stitch's hold distance: HOLD_FRACTION of the shorter border edge
 # at its ends, and at least HOLD_MIN (m).
@@ -113,11 +112,11 @@ class SewingConstraints:
         self.pairs = pairs
         if len(pairs):
             x = np.zeros((n, 3)) if rest_positions is None else rest_positions
-            vab, t, rest, hold = stitch_targets(pairs, x, face_indices, face_sizes)
+            vab, t, hold = stitch_targets(pairs, x, face_indices, face_sizes)
         else:
-            vab, t, rest, hold = np.zeros((0, 3), np.int64), np.zeros(0), np.zeros(0), np.zeros(0)
+            vab, t, hold = np.zeros((0, 3), np.int64), np.zeros(0), np.zeros(0)
         self.vab = vab
-        self.t, self.rest, self.hold = as_f32(t), as_f32(rest), as_f32(hold)
+        self.t, self.hold = as_f32(t), as_f32(hold)
         self.flat = as_u32(vab.reshape(-1))
         self.flat_rec = as_u32(vab.reshape(-1) * 4)
         self.w = np.zeros(3 * len(vab), dtype=np.float32)
@@ -131,7 +130,7 @@ class SewingConstraints:
         self.w[:] = inv_mass[self.flat] if len(self.flat) else 0.0
 
     def packed(self):
-        return SewingRecord(self.flat, self.w, self.coef, self.flat_rec, self.t, self.rest, self.hold, self._open)
+        return SewingRecord(self.flat, self.w, self.coef, self.flat_rec, self.t, self.hold, self._open)
 
     def record(self, record, state):
         """`record` (a SewingRecord, or its fields as a plain tuple) with the
@@ -151,11 +150,11 @@ class SewingConstraints:
     def gaps(self, positions):
         """(stitches,) how far each stitch of (n, 3) positions is from
         closed: the distance from its vertex to its point on the other
-        border, less its rest length."""
+        border."""
         p = np.asarray(positions, dtype=np.float64)
         t = self.t.astype(np.float64)[:, None]
         target = (1.0 - t) * p[self.vab[:, 1]] + t * p[self.vab[:, 2]]
-        return np.linalg.norm(target - p[self.vab[:, 0]], axis=1) - self.rest
+        return np.linalg.norm(target - p[self.vab[:, 0]], axis=1)
 
 
 def _border_neighbours(n, face_indices, face_sizes):
@@ -244,7 +243,7 @@ def _point_at(order, arc, total, closed, s):
 def stitch_targets(pairs, rest_positions, face_indices, face_sizes):
     """The stitches of loose edges `pairs` (m, 2) over a mesh whose rest
     positions are (n, 3): (vab (k, 3) int64: vertex, border edge a, b;
-    t (k,); rest (k,); hold (k,)).
+    t (k,); hold (k,)).
 
     The stitched vertices joined by loose edges and by the border edges
     between them make seams. A seam whose every vertex has one loose edge
@@ -255,8 +254,8 @@ def stitch_targets(pairs, rest_positions, face_indices, face_sizes):
     reversed as its loose edges fit best), and every vertex is stitched to
     the point of the other border at its fraction of the length. The map is
     one-to-one and keeps each border's proportions, so the seam can close
-    completely. A seam of
-    any other shape keeps its loose edges as vertex-to-vertex stitches."""
+    completely. A seam of any other shape keeps its loose edges as
+    vertex-to-vertex stitches."""
     pairs = np.asarray(pairs, dtype=np.int64)
     x = np.asarray(rest_positions, dtype=np.float64)
     n = len(x)
@@ -281,12 +280,14 @@ def stitch_targets(pairs, rest_positions, face_indices, face_sizes):
         for u in nbrs.get(v, ()):
             if u in partners:
                 root[find(u)] = find(v)
-    seams = {}
+    seams, seam_pairs = {}, {}
     for v in partners:
         seams.setdefault(find(v), []).append(v)
+    for a, b in pairs.tolist():
+        seam_pairs.setdefault(find(a), []).append((a, b))
     vab, ts = [], []
-    for members in seams.values():
-        stitched = [p for p in pairs.tolist() if p[0] in set(members)]
+    for key, members in seams.items():
+        stitched = seam_pairs[key]
         one_to_one = all(len(partners[v]) == 1 for v in members)
         sides = sorted(set(int(label[v]) for v in members))
         chains = [_chain([v for v in members if label[v] == side], nbrs) for side in sides] if len(sides) == 2 else []
@@ -327,7 +328,6 @@ def stitch_targets(pairs, rest_positions, face_indices, face_sizes):
         # Registered by arc length alone: the zipper's vertex-to-vertex edges
         # sit at the nearest vertex, not at their proportional place, and
         # holding them would stretch one border against the other.
-        anchors = np.array([[0.0, 0.0], [1.0, 1.0]])
         exact = set()
         for i, v in enumerate(oa):
             a, b, t = _point_at(ob, arc_b, tot_b, closed, to_b(arc_a[i] / tot_a) * tot_b)
@@ -352,7 +352,7 @@ def stitch_targets(pairs, rest_positions, face_indices, face_sizes):
         shortest[v] = np.linalg.norm(x[us] - x[v], axis=1).min()
     edge = np.minimum(shortest[vab[:, 0]], np.minimum(shortest[vab[:, 1]], shortest[vab[:, 2]]))
     hold = np.where(np.isfinite(edge), np.maximum(HOLD_FRACTION * edge, HOLD_MIN), HOLD_MIN)
-    return vab, np.asarray(ts), np.zeros(len(vab)), hold
+    return vab, np.asarray(ts), hold
 
 
 # Sweeps over the stitches per call: a stitch to a point between two border
@@ -365,13 +365,13 @@ SWEEPS = 4
 
 
 @njit(inline="always", **JIT)
-def _stitch_length(dist, rest, hold, closed, i, wsum, alpha, cap):
+def _stitch_length(dist, hold, closed, i, wsum, alpha, cap):
     """The multiplier of stitch i, `dist` from its point: the XPBD
-    correction of C = dist - rest, capped at `cap` (0: none) until the
-    stitch has closed (once within its hold distance: closed[i] = 1)."""
-    dl = (dist - rest) / (wsum + alpha)
+    correction of C = dist, capped at `cap` (0: none) until the stitch has
+    closed (once within its hold distance: closed[i] = 1)."""
+    dl = dist / (wsum + alpha)
     if closed[i] == 0:
-        if dist - rest <= hold:
+        if dist <= hold:
             closed[i] = 1
         elif cap > F0 and dl > cap:
             dl = cap
@@ -379,9 +379,9 @@ def _stitch_length(dist, rest, hold, closed, i, wsum, alpha, cap):
 
 
 @njit(**JIT)
-def solve_sewing(pos, vab, w, coef, t, rest, hold, closed):
-    """XPBD stitches of each vertex v to the point (1 - t) xa + t xb, of
-    rest length `rest`, each multiplier capped at coef[1] (max force times
+def solve_sewing(pos, vab, w, coef, t, hold, closed):
+    """Zero-length XPBD stitches of each vertex v to the point
+    (1 - t) xa + t xb, each multiplier capped at coef[1] (max force times
     h^2; 0 = no cap) until it has closed (_stitch_length)."""
     px, py, pz = pos[0], pos[1], pos[2]
     alpha = coef[0]
@@ -401,7 +401,7 @@ def solve_sewing(pos, vab, w, coef, t, rest, hold, closed):
         if d2 < EPS * EPS or wsum == F0:
             continue
         dist = np.sqrt(d2)
-        s = _stitch_length(dist, rest[i], hold[i], closed, i, wsum, alpha, cap) / dist
+        s = _stitch_length(dist, hold[i], closed, i, wsum, alpha, cap) / dist
         dx, dy, dz = s * dx, s * dy, s * dz
         px[iv] += wv * dx
         py[iv] += wv * dy
@@ -415,7 +415,7 @@ def solve_sewing(pos, vab, w, coef, t, rest, hold, closed):
 
 
 @njit(**JIT)
-def solve_sewing4(p4, vab_rec, w, coef, t, rest, hold, closed):
+def solve_sewing4(p4, vab_rec, w, coef, t, hold, closed):
     """solve_sewing on x, y, z, 0 records (integrate.to_aos4)."""
     alpha = coef[0]
     cap = coef[1] / SWEEPS
@@ -436,7 +436,7 @@ def solve_sewing4(p4, vab_rec, w, coef, t, rest, hold, closed):
         if d2 < EPS * EPS or wsum == F0:
             continue
         dist = np.sqrt(d2)
-        s = _stitch_length(dist, rest[i], hold[i], closed, i, wsum, alpha, cap) / dist
+        s = _stitch_length(dist, hold[i], closed, i, wsum, alpha, cap) / dist
         dx, dy, dz = s * dx, s * dy, s * dz
         p4[iv] += wv * dx
         p4[iv + 1] += wv * dy

@@ -105,9 +105,10 @@ def test_sew_selected_edge_loops_writes_stitches_and_the_tube_closes_around_a_cy
     assert radial.min() > 0.1 - 1e-3
 
 
-def test_loops_of_different_counts_get_a_stitch_at_every_vertex(empty_scene):
+def zip_panels():
+    """The two panels with the back one's left column made denser (its
+    border edges subdivided): 5 front and 9 back vertices at x = -0.25."""
     obj, per_panel = panels_object("Zip", nx=6, nz=4)
-    # Make the back panel's left column denser: subdivide its border edges.
     select_only(obj)
     bpy.ops.object.mode_set(mode='EDIT')
     bm = bmesh.from_edit_mesh(obj.data)
@@ -115,6 +116,11 @@ def test_loops_of_different_counts_get_a_stitch_at_every_vertex(empty_scene):
     bmesh.ops.subdivide_edges(bm, edges=back, cuts=1)
     bmesh.update_edit_mesh(obj.data)
     bpy.ops.object.mode_set(mode='OBJECT')
+    return obj
+
+
+def test_loops_of_different_counts_get_a_stitch_at_every_vertex(empty_scene):
+    obj = zip_panels()
     assert sew_columns(obj, -0.25) == {'FINISHED'}
     pairs = loose_pairs(obj)
     co = np.empty(3 * len(obj.data.vertices))
@@ -133,14 +139,7 @@ def test_loops_of_different_counts_close_into_one_seam_line(empty_scene):
     and played with no gravity: every vertex of either column ends within
     1.5 mm of the other column's polyline (exact point-segment distance),
     and no border edge of the denser column is squeezed shut."""
-    obj, per_panel = panels_object("Zip", nx=6, nz=4)
-    select_only(obj)
-    bpy.ops.object.mode_set(mode='EDIT')
-    bm = bmesh.from_edit_mesh(obj.data)
-    back = [e for e in bm.edges if e.is_boundary and all(abs(v.co.x + 0.25) < 1e-6 and v.co.y < 0 for v in e.verts)]
-    bmesh.ops.subdivide_edges(bm, edges=back, cuts=1)
-    bmesh.update_edit_mesh(obj.data)
-    bpy.ops.object.mode_set(mode='OBJECT')
+    obj = zip_panels()
     assert sew_columns(obj, -0.25) == {'FINISHED'}
     co = np.empty(3 * len(obj.data.vertices))
     obj.data.vertices.foreach_get("co", co)
