@@ -200,7 +200,8 @@ class RestScale:
             s = float(p.shrink)
             w = self.weights.get("shrink")
             if w is not None and len(w):
-                s = min(s, s + (float(p.shrink_max) - s) * float(w.max()), s + (float(p.shrink_max) - s) * float(w.min()))
+                # The blend is linear in the weight: its least is at an end.
+                s = min(s + (float(p.shrink_max) - s) * float(w.min()), s + (float(p.shrink_max) - s) * float(w.max()))
             grow = max((1.0 - s) * max(1.0 - float(p.shrink_warp), 1.0 - float(p.shrink_weft)), 1.0)
             tethers.length[:] = tethers.base_length * grow
         bend = m.bend
