@@ -36,6 +36,7 @@ CONFIG = np.dtype([(name, np.float32) for name in (
     "use_pressure",
     "max_distance", "backstop_distance", "backstop_radius",   # skinned constraints, m (0 = off)
     "settle_rate", "settle_speed",  # settling damping, 1/s and m/s (ClothParams.settle_damping, settle_speed)
+    "air_res",       # air resistance: 0.5 air_density air_resistance, kg/m^3 (0 = off)
 )])
 
 

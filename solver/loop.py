@@ -369,9 +369,11 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
     bad += finish_substep(pos, prev, vel, cfg, contact, clist, ccount)
     if use_hierarchy:
         mark_touched(hierarchy_arrays[12], clist, ccount)
-    if cfg.settle_rate != F0 and bad == 0:
+    # Air resistance is the wind model's drag in steps with a wind field.
+    air = cfg.air_res if cfg.use_wind == F0 else F0
+    if (cfg.settle_rate != F0 or air != F0) and bad == 0:
         settle_velocities(pos, vel, inv_mass, kin, pin_start, pin_end, h * np.float32(substeps), cfg.settle_rate,
-                          cfg.settle_speed)
+                          cfg.settle_speed, tris, air)
     return bad
 
 
@@ -446,7 +448,7 @@ def _part_calls(part, n=8):
             (project_faces_into, (rows, rows, vec, cap0, cap1, hit, vec, ids, count, ends, ids, ends, ids, tris, ids,
                                   h, sweep[0], h, contact, ids, count)),
             (finish_substep, (rows, rows, rows, cfg, contact, ids, count)),
-            (settle_velocities, (rows, rows, vec, ids, rows, rows, h, h, h)),
+            (settle_velocities, (rows, rows, vec, ids, rows, rows, h, h, h, tris, h)),
         ]
     raise ValueError(f"unknown part {part!r} (sweep, solve)")
 

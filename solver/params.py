@@ -96,6 +96,16 @@ class ClothParams:
     # it. 0 = none.
     settle_damping: float = 0.0
     settle_speed: float = 0.1
+    # Air resistance, once a step: each triangle's motion across its own
+    # plane, relative to the cloth's motion as settle_damping takes it (its
+    # pins', or its centre of mass's), meets the drag of still air,
+    # 0.5 * air_density * air_resistance * |u_n| u_n per unit area:
+    # air_resistance is the drag coefficient (about 1 for a sheet moving
+    # face on; 0 = none). Quadratic in speed, so it stops the swing of a hit
+    # sheet and a flapping corner and barely touches slow motion; the
+    # cloth's travel with its pins, or its fall, is not slowed. Off in steps
+    # given a wind field (the wind model drags against the wind instead).
+    air_resistance: float = 0.0
     # Aerodynamic model on triangles (used when StepInputs.wind_velocity is
     # given): force = 0.5 rho A |u|^2 cos(theta) (Cd u_hat + Cl n_perp), u the
     # air velocity relative to the triangle.
@@ -172,7 +182,7 @@ class ClothParams:
             "stretch_damping", "shear_damping", "bend_damping", "tether_damping",
             "pin_compliance", "air_drag", "air_density", "drag_coefficient",
             "lift_coefficient", "collision_margin", "friction_static", "friction_kinetic",
-            "tether_scale", "settle_damping",
+            "tether_scale", "settle_damping", "air_resistance",
             "sewing_compliance", "sewing_max_force", "pressure_volume", "pressure_compliance",
             "max_distance", "backstop_distance", "backstop_radius",
             "stretch_weight_max", "shear_weight_max", "bend_weight_max",

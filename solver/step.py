@@ -86,6 +86,7 @@ def _config(params, h):
     c["air_drag"] = params.air_drag
     c["settle_rate"] = params.settle_damping
     c["settle_speed"] = params.settle_speed
+    c["air_res"] = 0.5 * params.air_density * params.air_resistance
     c["air_density"] = params.air_density
     c["cd"] = params.drag_coefficient
     c["cl"] = params.lift_coefficient

@@ -13,7 +13,7 @@ from drape.solver import ClothParams, build_model, step, vertex_masses
 
 # The add-on's defaults (properties.py) at 24 frames a second.
 ADDON = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
-             settle_damping=10.0, settle_speed=0.1)
+             settle_damping=10.0, settle_speed=0.1, air_resistance=1.0)
 
 
 def uv_sphere(radius, centre, rings=16, segments=32):
