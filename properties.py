@@ -140,6 +140,12 @@ class DrapeClothSettings(PropertyGroup):
         "relative to its pins (or its centre of mass) like drag at this rate (1/s) when slow, and by a small "
         "constant deceleration when fast, so swinging stops without slowing falls (0: off)",
         default=10.0, min=0.0, soft_max=40.0)
+    air_resistance: FloatProperty(
+        name="Air resistance", description="Drag of still air on the cloth's motion across its own surface, "
+        "relative to its pins (or its centre of mass): the drag coefficient, about 1 for cloth moving face on. "
+        "Quadratic in speed, so a hit or flapping sheet stops swinging while slow motion, falls and motion "
+        "with the pins are not slowed (0: off; off while a wind field acts)",
+        default=1.0, min=0.0, soft_max=5.0)
     settle_speed: FloatProperty(
         name="Settling speed", description="Relative speed (m/s, whatever the scene's unit scale) below which "
         "settling acts as full drag; above it the deceleration stays at Settling x this speed",

@@ -126,7 +126,7 @@ print(t1 - t0, t2 - t1)
 
 # The add-on's defaults (properties.py) at 24 frames a second.
 ADDON_DEFAULTS = dict(substeps=4, iterations=1, bend_compliance=1e3, tether_compliance=1e-9, air_drag=0.1,
-                      settle_damping=10.0, settle_speed=0.1)
+                      settle_damping=10.0, settle_speed=0.1, air_resistance=1.0)
 PIN_LAYOUTS = ("one_corner", "two_corners", "one_edge", "two_edges")
 
 
@@ -195,6 +195,7 @@ def sphere_hit_settling(nx, layout, speed=1.0, fps=24, hung=48, after=240, **dam
     still = np.flatnonzero(moves < 0.1)
     return dict(scene=f"sphere_hit_settling_{layout}", vertices=int(model.n), substeps=params.substeps, threads=1,
                 fps=fps, sphere_speed_m_s=speed, air_drag=params.air_drag, settle_damping=params.settle_damping,
+                air_resistance=params.air_resistance,
                 move_mm_per_frame_2s_after=round(float(moves[2 * fps - 1]), 4),
                 frames_to_settle=int(still[0]) + 1 if len(still) else None, ms_per_step_median=None)
 
@@ -231,21 +232,24 @@ def damping_slowdown(nx=20, **damping):
         rest, z = _released(nx, 0.4, "xy", lambda r: np.isclose(r[:, 1], 0.5), False, params)
         swing = 0.5 - z[np.isclose(rest[:, 1], -0.5)].mean()
         return np.array([fall, drape, swing])
-    base = moved(dict(air_drag=0.0, settle_damping=0.0))
+    base = moved(dict(air_drag=0.0, settle_damping=0.0, air_resistance=0.0))
     slow = 1.0 - moved(damping) / base
     params = ClothParams(**{**ADDON_DEFAULTS, **damping})
     return dict(scene="damping_slowdown", vertices=(nx + 1) ** 2, substeps=params.substeps, threads=1, fps=24,
                 air_drag=params.air_drag, settle_damping=params.settle_damping, settle_speed=params.settle_speed,
+                air_resistance=params.air_resistance,
                 free_fall_slowdown=round(float(slow[0]), 4), drape_slowdown=round(float(slow[1]), 4),
                 pinned_swing_slowdown=round(float(slow[2]), 4), ms_per_step_median=None)
 
 
-# The add-on's defaults; its air drag alone; Blender's Cloth's default air
+# The add-on's defaults (settling and air resistance); its settling without
+# the air resistance; its air drag alone; Blender's Cloth's default air
 # damping as plain drag (bench_blender.py's fit); a stronger plain drag
 # (2.3/s: the sphere-hit rows still move a few mm a frame 2 s after the hit
 # and take about 6 s to settle under 0.1 mm a frame).
-DAMPING_CASES = (dict(), dict(settle_damping=0.0), dict(settle_damping=0.0, air_drag=0.815),
-                 dict(settle_damping=0.0, air_drag=2.3))
+NO_AIR = dict(air_resistance=0.0)
+DAMPING_CASES = (dict(), NO_AIR, dict(NO_AIR, settle_damping=0.0), dict(NO_AIR, settle_damping=0.0, air_drag=0.815),
+                 dict(NO_AIR, settle_damping=0.0, air_drag=2.3))
 
 
 def settling_rows():

@@ -146,6 +146,7 @@ def _draw_damping(self, context):
     col.prop(s, "air_drag")
     col.prop(s, "settle_damping")
     col.prop(s, "settle_speed")
+    col.prop(s, "air_resistance")
 
 
 def _draw_collisions(self, context):

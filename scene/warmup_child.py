@@ -95,6 +95,7 @@ class _Cloth:
     air_drag = 0.1
     settle_damping = 10.0
     settle_speed = 0.1
+    air_resistance = 1.0
     wind_drag = 1.0
     wind_lift = 0.3
     thickness = 0.005
@@ -162,7 +163,7 @@ def _params(env, settings):
         stretch_damping=s.stretch_damping, shear_damping=s.shear_damping, bend_damping=s.bend_damping,
         tether_damping=s.tether_damping, tethers=s.tethers, tether_scale=s.tether_scale,
         stretch_limits=s.stretch_limits, stretch_hierarchy=s.stretch_hierarchy, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
-        settle_damping=s.settle_damping, settle_speed=s.settle_speed,
+        settle_damping=s.settle_damping, settle_speed=s.settle_speed, air_resistance=s.air_resistance,
         drag_coefficient=s.wind_drag, lift_coefficient=s.wind_lift, collision_margin=s.thickness,
         friction_static=max(s.static_friction, s.friction), friction_kinetic=s.friction,
         self_collision=s.self_collision, self_thickness=s.self_thickness, self_friction=s.self_friction,

@@ -947,7 +947,7 @@ def test_settings_reach_the_solver_parameters(empty_scene):
     values = dict(substeps=9, iterations=3, stretch_damping=0.11, shear_damping=0.12, bend_damping=0.13,
                   tether_damping=0.14, air_drag=0.15, tethers=False, tether_scale=1.2, wind_drag=0.8,
                   wind_lift=0.7, thickness=0.009, friction=0.25, static_friction=0.45, settle_damping=7.5,
-                  settle_speed=0.2)
+                  settle_speed=0.2, air_resistance=0.6)
     for k, v in values.items():
         setattr(s, k, v)
     s.stretch_stiffness, s.shear_stiffness, s.bend_stiffness = 2e6, 3e4, 4e-4
@@ -959,7 +959,8 @@ def test_settings_reach_the_solver_parameters(empty_scene):
                     tether_compliance=1 / 5e8, pin_compliance=1 / 6e3, stretch_damping=0.11,
                     shear_damping=0.12, bend_damping=0.13, tether_damping=0.14, air_drag=0.15,
                     tether_scale=1.2, drag_coefficient=0.8, lift_coefficient=0.7, collision_margin=0.009,
-                    friction_kinetic=0.25, friction_static=0.45, settle_damping=7.5, settle_speed=0.2)
+                    friction_kinetic=0.25, friction_static=0.45, settle_damping=7.5, settle_speed=0.2,
+                    air_resistance=0.6)
     for k, v in expected.items():
         assert getattr(p, k) == pytest.approx(v, rel=1e-5), k
     assert tuple(p.gravity) == pytest.approx((0.0, 0.0, -5.0))
