@@ -183,8 +183,9 @@ class DrapeClothSettings(PropertyGroup):
                                     "cloth pinned in several places, or hanging from one point, stops "
                                     "stretching like rubber at few substeps. Only resists stretching, never "
                                     "folds or a curved rest shape, and leaves cloth touching a collider alone. "
-                                    "Experimental: at 2 substeps a fast-spinning capsule can bring the cloth "
-                                    "about a millimetre past its thickness",
+                                    "With Tethers off on pinned cloth it runs in any case, in place of the "
+                                    "stretch limits (when those are on); tick it to run it beside the tethers too. At 2 substeps a fast-spinning capsule "
+                                    "can bring the cloth about a millimetre past its thickness",
                                     default=False)
     tether_scale: FloatProperty(name="Tether scale",
                                 description="Allowed tether and stretch-limit length relative to rest",

@@ -265,7 +265,8 @@ def cloth_params(settings, scene, solver):
         tethers=settings.tethers,
         tether_scale=settings.tether_scale,
         stretch_limits=settings.stretch_limits,
-        stretch_hierarchy=settings.stretch_hierarchy,
+        # Unticked: automatic (in place of the stretch limits on pinned cloth with the tethers off).
+        stretch_hierarchy=True if settings.stretch_hierarchy else None,
         pin_compliance=settings.pin_compliance,
         air_drag=settings.air_drag,
         settle_damping=settings.settle_damping,

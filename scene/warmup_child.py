@@ -162,7 +162,7 @@ def _params(env, settings):
         bend_compliance=s.bend_compliance, tether_compliance=s.tether_compliance,
         stretch_damping=s.stretch_damping, shear_damping=s.shear_damping, bend_damping=s.bend_damping,
         tether_damping=s.tether_damping, tethers=s.tethers, tether_scale=s.tether_scale,
-        stretch_limits=s.stretch_limits, stretch_hierarchy=s.stretch_hierarchy, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
+        stretch_limits=s.stretch_limits, stretch_hierarchy=s.stretch_hierarchy or None, pin_compliance=s.pin_compliance, air_drag=s.air_drag,
         settle_damping=s.settle_damping, settle_speed=s.settle_speed, air_resistance=s.air_resistance,
         drag_coefficient=s.wind_drag, lift_coefficient=s.wind_lift, collision_margin=s.thickness,
         friction_static=max(s.static_friction, s.friction), friction_kinetic=s.friction,

@@ -72,13 +72,19 @@ class ClothParams:
     # mesh solved first each iteration, their corrections interpolated down.
     # Holds cloth pinned in several places or hung from a point without
     # tethers, and leaves the vertices in contact with any collider and
-    # their neighbours alone (hierarchy.contact_gate). Off by default: in
-    # place of the stretch limits it leaves sheets hung by two edges at a
-    # higher mean strain, beside them the step costs about 45 % more, and
-    # at 2 substeps an arm capsule spinning at 3.5 m/s through a hanging
-    # sheet can bring a point of it about a millimetre past its thickness
-    # (one scene of five in a sweep of speeds and lengths).
-    stretch_hierarchy: bool = False
+    # their neighbours alone (hierarchy.contact_gate). None (the default):
+    # with the tethers off on a pinned cloth it runs in place of the stretch
+    # limits, if those are on (without tethers the limits alone let a sheet hung by two
+    # corners stretch its corner edges many times over; the multilevel
+    # stretch holds it to about 20 % at 100 x 100, for a cheaper step).
+    # True or False: on or off whatever the tethers, the limits as
+    # stretch_limits says. Not on with the tethers by default: in place of the stretch
+    # limits it leaves sheets hung by two edges at a higher mean strain,
+    # beside them the step costs about 45 % more, and at 2 substeps an arm
+    # capsule spinning at 3.5 m/s through a hanging sheet can bring a point
+    # of it about a millimetre past its thickness (one scene of five in a
+    # sweep of speeds and lengths).
+    stretch_hierarchy: bool = None
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0
 

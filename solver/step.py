@@ -68,7 +68,22 @@ def _params_key(params):
         return tuple(tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in values)
 
 
-def _config(params, h):
+def stretch_solves(params, pinned=True):
+    """(multilevel stretch on, stretch limits on) for these params: with
+    stretch_hierarchy None (automatic) the multilevel stretch runs in place
+    of the stretch limits when the tethers are off and some vertex is
+    pinned (with no pin there is nothing for tethers to hold and the limits
+    stay: cloth over an obstacle; with the limits off too nothing
+    long-range holds the cloth: stretchy fabric)."""
+    limits = bool(params.stretch_limits)
+    if params.stretch_hierarchy is None:
+        auto = limits and pinned and not params.tethers
+        return auto, limits and not auto
+    return bool(params.stretch_hierarchy), limits
+    return bool(params.stretch_hierarchy), bool(params.stretch_limits)
+
+
+def _config(params, h, pinned=True):
     """The CONFIG record of params for substep length h."""
     config = new_config()
     c = config[0]
@@ -95,8 +110,9 @@ def _config(params, h):
     c["mu_k"] = params.friction_kinetic
     c["maxv"] = min(float(params.max_velocity), 3e38) if np.isfinite(params.max_velocity) else 0.0
     c["use_tethers"] = 1.0 if params.tethers else 0.0
-    c["use_limits"] = 1.0 if params.stretch_limits else 0.0
-    c["use_hierarchy"] = 1.0 if params.stretch_hierarchy else 0.0
+    hierarchy, limits = stretch_solves(params, pinned)
+    c["use_limits"] = 1.0 if limits else 0.0
+    c["use_hierarchy"] = 1.0 if hierarchy else 0.0
     c["use_edges"] = 1.0 if params.edge_contacts else 0.0
     c["substeps"] = int(params.substeps)
     c["iterations"] = int(params.iterations)
@@ -248,7 +264,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
 
 def _prepare(model, params, key, dt, h):
     """The config and the constraint records for these params, dt and pins."""
-    config = _config(params, h)
+    config = _config(params, h, model.kinematic.shape[0] > 0)
     c = config[0]
     # alpha~ exactly as the kernels compute it (float32), for the fast paths.
     inv_h2 = np.float32(1.0) / (np.float32(h) * np.float32(h))

@@ -59,13 +59,44 @@ def test_two_corners_need_tethers_of_straight_length(nx, monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["two_corners", "one_edge"])
-def test_without_tethers_the_default_solve_does_not_hold_a_sheet(layout):
-    """Tethers off, one iteration of the edges alone cannot carry the
-    sheet's weight to its pins: the edges at the pins stretch (this is
-    what the tethers are for; if the edges alone ever converge, drop the
-    tethers from the defaults)."""
-    s = settled_strain(30, layout, tethers=False)
-    assert s.max() > 0.10
+def test_without_tethers_the_limits_alone_do_not_hold_a_sheet(layout):
+    """Tethers off and the multilevel stretch forced off, one iteration of
+    the edges and the stretch limits cannot carry the sheet's weight to
+    its pins: the edges at the pins stretch by over a fifth (this is what
+    the tethers, or without them the multilevel stretch, are for; if the
+    edges alone ever converge, drop both from the defaults). With the
+    defaults (the multilevel stretch standing in for the tethers) the same
+    sheet's largest stretch is under a fifth."""
+    assert settled_strain(30, layout, tethers=False, stretch_hierarchy=False).max() > 0.2
+    assert settled_strain(30, layout, tethers=False).max() < 0.2
+
+
+# Without tethers (the multilevel stretch in their place) the bar is met
+# by sheets hung from a whole edge, and at 20 x 20 by every layout at 8
+# substeps; the rest stretch by 6 to 64 % (most at one corner, where the
+# sheet folds in its own plane), from many times over with the stretch
+# limits alone.
+_UNMET_FREE = {("one_corner", 20), ("one_corner", 30), ("two_corners", 30), ("two_edges", 30), ("one_corner", 50),
+               ("two_corners", 50), ("two_edges", 50)}
+
+
+def _free_cases():
+    for nx in (20, 30, 50):
+        for layout in LAYOUTS:
+            for substeps in ((4, 8) if nx == 20 else (4,)):
+                marks = []
+                if (layout, nx) in _UNMET_FREE and substeps == 4:
+                    marks.append(pytest.mark.xfail(strict=True, reason="not converged without tethers"))
+                yield pytest.param(nx, layout, substeps, marks=marks, id=f"{layout}-{nx}x{nx}-{substeps}sub")
+
+
+@pytest.mark.parametrize("nx,layout,substeps", list(_free_cases()))
+def test_hanging_sheet_without_tethers_settles_converged(nx, layout, substeps):
+    """Tethers off, the other settings the add-on's: settled, no edge
+    stretches more than 10 % and the mean |strain| is at most 1 %."""
+    s = settled_strain(nx, layout, substeps=substeps, tethers=False)
+    assert s.max() <= 0.10, f"max stretch {s.max():.3f}"
+    assert np.abs(s).mean() <= 0.01, f"mean |strain| {np.abs(s).mean():.4f}"
 
 
 @pytest.mark.parametrize("nu,nz", [(8, 10), (24, 30)])
@@ -486,3 +517,25 @@ def test_air_resistance_is_quadratic_drag_across_the_cloth():
     settle_velocities(pos, v, inv_mass, np.zeros(0, np.uint32), pos, pos, np.float32(1 / 24), np.float32(0.0),
                       np.float32(0.1), tris, np.float32(c))
     assert np.allclose(v, u[:, None], rtol=1e-5, atol=0), np.abs(v - u[:, None]).max()
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+@pytest.mark.parametrize("tethers", [True, False])
+@pytest.mark.parametrize("limits", [True, False])
+@pytest.mark.parametrize("hierarchy", [None, True, False])
+def test_which_long_range_stretch_solves_run(pinned, tethers, limits, hierarchy):
+    """The step's config runs the multilevel stretch and the stretch limits
+    as ClothParams asks: forced on or off by stretch_hierarchy, and when it
+    is None (the default), in place of the limits exactly on pinned cloth
+    with the tethers off and the limits on."""
+    import importlib
+    step_module = importlib.import_module("drape.solver.step")
+    rest, fi, fs = oracles.grid_sheet(16, 16)   # large enough for coarse levels
+    held = held_vertices(rest, "one_edge") if pinned else np.zeros(len(rest), bool)
+    params = ClothParams(substeps=1, tethers=tethers, stretch_limits=limits, stretch_hierarchy=hierarchy)
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.15), held.astype(float), params)
+    step(model, model.new_state(), None, 1 / 24, params)
+    c = step_module._CACHES[model].config[0]
+    auto = hierarchy is None and limits and pinned and not tethers
+    want_hierarchy = auto if hierarchy is None else hierarchy
+    assert (c["use_hierarchy"] != 0, c["use_limits"] != 0) == (want_hierarchy, limits and not auto)
