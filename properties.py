@@ -143,8 +143,8 @@ class DrapeClothSettings(PropertyGroup):
     air_resistance: FloatProperty(
         name="Air resistance", description="Drag of still air on the cloth's motion across its own surface, "
         "relative to its pins (or its centre of mass): the drag coefficient, about 1 for cloth moving face on. "
-        "Quadratic in speed, so a hit or flapping sheet stops swinging while slow motion, falls and motion "
-        "with the pins are not slowed (0: off; off while a wind field acts)",
+        "Quadratic in speed, so a hit or flapping sheet stops swinging; a fall and motion with the pins are "
+        "not slowed, a sheet swinging from its pins is, as in air (0: off; off while a wind field acts)",
         default=1.0, min=0.0, soft_max=5.0)
     settle_speed: FloatProperty(
         name="Settling speed", description="Relative speed (m/s, whatever the scene's unit scale) below which "
@@ -183,8 +183,9 @@ class DrapeClothSettings(PropertyGroup):
                                     "cloth pinned in several places, or hanging from one point, stops "
                                     "stretching like rubber at few substeps. Only resists stretching, never "
                                     "folds or a curved rest shape, and leaves cloth touching a collider alone. "
-                                    "With Tethers off on pinned cloth it runs in any case, in place of the "
-                                    "stretch limits (when those are on); tick it to run it beside the tethers too. At 2 substeps a fast-spinning capsule "
+                                    "Unticked, it runs in place of the stretch limits on pinned cloth with "
+                                    "Tethers off (if the limits are on); ticked, it always runs, beside the "
+                                    "tethers and limits. At 2 substeps a fast-spinning capsule "
                                     "can bring the cloth about a millimetre past its thickness",
                                     default=False)
     tether_scale: FloatProperty(name="Tether scale",

@@ -15,7 +15,9 @@ the run):
 - gravity and air damping: Blender's Cloth runs in its own time per frame, so
   an unpinned sheet's free fall in Blender is measured first (with air damping
   0 and with Blender's setting), fitted to x(t) of a linearly damped fall, and
-  Drape gets that acceleration and that drag rate (air_drag, 1/s); Drape's own
+  Drape gets that acceleration and that drag rate (air_drag, 1/s; the
+  add-on's settling and air resistance stay on: they act on motion relative
+  to the pins, not on a free fall); Drape's own
   free fall under those settings is printed beside Blender's;
 - collider: the same sphere (Blender: a 32 x 16 UV sphere, its faces within
   1.5 mm of the true one) at the same contact distance: Blender's defaults
@@ -440,7 +442,8 @@ _ADDON_FIELDS = {
     "stretch_damping": "stretch_damping", "shear_damping": "shear_damping", "bend_damping": "bend_damping",
     "tethers": "tethers", "tether_scale": "tether_scale", "pin_compliance": "pin_compliance",
     "stretch_limits": "stretch_limits", "stretch_hierarchy": "stretch_hierarchy",
-    "air_drag": "air_drag", "wind_drag": "drag_coefficient", "wind_lift": "lift_coefficient",
+    "air_drag": "air_drag", "settle_damping": "settle_damping", "settle_speed": "settle_speed",
+    "air_resistance": "air_resistance", "wind_drag": "drag_coefficient", "wind_lift": "lift_coefficient",
     "thickness": "collision_margin", "friction": "friction_kinetic",
 }
 
@@ -461,13 +464,16 @@ def addon_defaults():
 
 
 def drape_params(solver, substeps=None, match=None):
-    """ClothParams with the add-on's defaults (what Object.drape starts with),
-    with the scene's matched gravity and air drag."""
+    """ClothParams with the add-on's defaults (what Object.drape starts with:
+    its settling and air resistance too), with the scene's matched gravity
+    and air drag."""
     d = addon_defaults()
     names = {f.name for f in dataclasses.fields(solver.ClothParams)}
     values = {field: d[prop] for prop, field in _ADDON_FIELDS.items() if prop in d and field in names}
     if "static_friction" in d and "friction" in d and "friction_static" in names:
         values["friction_static"] = max(d["static_friction"], d["friction"])
+    if values.get("stretch_hierarchy") is False:
+        values["stretch_hierarchy"] = None   # unticked: automatic, as scene/params.py passes it
     params = solver.ClothParams(**values)
     if substeps is not None:
         params.substeps = substeps

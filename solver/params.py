@@ -6,6 +6,7 @@ stiffness (XPBD's alpha); each constraint class documents its own unit below.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -84,7 +85,7 @@ class ClothParams:
     # capsule spinning at 3.5 m/s through a hanging sheet can bring a point
     # of it about a millimetre past its thickness (one scene of five in a
     # sweep of speeds and lengths).
-    stretch_hierarchy: bool = None
+    stretch_hierarchy: Optional[bool] = None
     # Tether length = tether_scale * geodesic rest distance to the anchor pin.
     tether_scale: float = 1.0
 

@@ -68,11 +68,11 @@ def _params_key(params):
         return tuple(tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v for v in values)
 
 
-def stretch_solves(params, pinned=True):
+def stretch_solves(params, pinned):
     """(multilevel stretch on, stretch limits on) for these params: with
     stretch_hierarchy None (automatic) the multilevel stretch runs in place
     of the stretch limits when the tethers are off and some vertex is
-    pinned (with no pin there is nothing for tethers to hold and the limits
+    pinned at full weight, as the tethers' anchors are (with no pin there is nothing for tethers to hold and the limits
     stay: cloth over an obstacle; with the limits off too nothing
     long-range holds the cloth: stretchy fabric)."""
     limits = bool(params.stretch_limits)
@@ -80,10 +80,9 @@ def stretch_solves(params, pinned=True):
         auto = limits and pinned and not params.tethers
         return auto, limits and not auto
     return bool(params.stretch_hierarchy), limits
-    return bool(params.stretch_hierarchy), bool(params.stretch_limits)
 
 
-def _config(params, h, pinned=True):
+def _config(params, h, pinned):
     """The CONFIG record of params for substep length h."""
     config = new_config()
     c = config[0]
