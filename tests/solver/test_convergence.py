@@ -66,9 +66,11 @@ def test_without_tethers_the_limits_alone_do_not_hold_a_sheet(layout):
     the tethers, or without them the multilevel stretch, are for; if the
     edges alone ever converge, drop both from the defaults). With the
     defaults (the multilevel stretch standing in for the tethers) the same
-    sheet's largest stretch is under a fifth."""
-    assert settled_strain(30, layout, tethers=False, stretch_hierarchy=False).max() > 0.2
-    assert settled_strain(30, layout, tethers=False).max() < 0.2
+    sheet's largest stretch is under a quarter and a fifth of that."""
+    alone = settled_strain(30, layout, tethers=False, stretch_hierarchy=False).max()
+    default = settled_strain(30, layout, tethers=False).max()
+    assert alone > 0.2
+    assert default < 0.25 and default < alone / 5, (default, alone)
 
 
 # Without tethers (the multilevel stretch in their place) the bar is met
