@@ -72,9 +72,10 @@ def stretch_solves(params, pinned):
     """(multilevel stretch on, stretch limits on) for these params: with
     stretch_hierarchy None (automatic) the multilevel stretch runs in place
     of the stretch limits when the tethers are off and some vertex is
-    pinned at full weight, as the tethers' anchors are (with no pin there is nothing for tethers to hold and the limits
-    stay: cloth over an obstacle; with the limits off too nothing
-    long-range holds the cloth: stretchy fabric)."""
+    pinned at full weight (pinned), as the tethers' anchors are. With no
+    such pin there is nothing for tethers to hold and the limits stay
+    (cloth over an obstacle); with the limits off too nothing long-range
+    holds the cloth (stretchy fabric)."""
     limits = bool(params.stretch_limits)
     if params.stretch_hierarchy is None:
         auto = limits and pinned and not params.tethers
