@@ -342,7 +342,7 @@ def drape_case(warm, steps, quality_every):
     # The projection alone, on the final state (one call, the grid of the last step).
     args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
                                    state.velocities)
-    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once = args
+    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found = args
     mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.5), np.float32(1.0), inv_dt, np.float32(0.0),
                                nbr, tri1, tbox, sel, once)
     pos = state.positions.copy()
@@ -353,12 +353,12 @@ def drape_case(warm, steps, quality_every):
         contact[:] = 0
         t = time.thread_time()
         mesh_mod.project_meshes(pos, model.prev, model.inv_mass, model.collider_offset, tp, tri1, tbox,
-                                grid, start, items, tcell, near, contact, clist, np.int64(0))
+                                grid, start, items, tcell, near, contact, clist, np.int64(0), found)
         proj.append((time.thread_time() - t) * 1e3)
         es, eo = model.surface.arrays()[:2]
         t = time.thread_time()
         mesh_mod.project_mesh_edges(pos, model.prev, model.inv_mass, model.collider_offset, es, eo, tp, tri1, tbox,
-                                    grid, start, items, tcell, near, contact, clist, np.int64(0))
+                                    grid, start, items, tcell, near, contact, clist, np.int64(0), found)
         edge_proj.append((time.thread_time() - t) * 1e3)
     broad_phase_case(state, model, collider)
     emit(bench="colliders", case="mesh_collider_body_20k", vertices=int(model.n), triangles=int(tris.shape[0]),

@@ -357,7 +357,8 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                             break
             if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
                 ccount = project_meshes(pos, prev, inv_mass, cmask, meshes[3], meshes[8], meshes[9], meshes[4],
-                                        meshes[5], meshes[6], meshes[7], meshes[11], contact, clist, ccount)
+                                        meshes[5], meshes[6], meshes[7], meshes[11], contact, clist, ccount,
+                                        meshes[15])
                 if cfg.use_edges != F0:
                     ccount = project_mesh_edges(pos, prev, inv_mass, cmask, edge_start, edge_other, meshes[3],
                                                 meshes[8], meshes[9], meshes[4], meshes[5], meshes[6], meshes[7],

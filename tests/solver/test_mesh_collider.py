@@ -276,14 +276,14 @@ def test_culling_changes_no_push():
             (state.positions, state.velocities) if cull else (None, None)))
         if cull:
             assert 0 < args[13].shape[0] < len(tris) // 3
-        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once = args
+        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found = args
         mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.0), np.float32(1.0), inv_dt, np.float32(0.0),
                                    nbr, tri1, tbox, sel, once)
         pos = state.positions.copy()
         contact = np.zeros((7, model.n), np.float32)
         clist = np.zeros(model.n, np.uint32)
         count = mesh_mod.project_meshes(pos, model.prev, model.inv_mass, model.collider_offset, tp, tri1, tbox,
-                                        grid, start, items, tcell, near, contact, clist, np.int64(0))
+                                        grid, start, items, tcell, near, contact, clist, np.int64(0), found)
         out.append((pos, contact, int(count)))
     assert out[0][2] > 10
     assert out[0][2] == out[1][2]
