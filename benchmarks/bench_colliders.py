@@ -342,9 +342,9 @@ def drape_case(warm, steps, quality_every):
     # The projection alone, on the final state (one call, the grid of the last step).
     args = mesh_mod.mesh_step_args(model, [collider], DT, 0.0, params.collision_margin, state.positions,
                                    state.velocities)
-    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found = args
+    v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found, vs = args
     mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.5), np.float32(1.0), inv_dt, np.float32(0.0),
-                               nbr, tri1, tbox, sel, once)
+                               nbr, tri1, tbox, sel, once, vs)
     pos = state.positions.copy()
     contact = np.zeros((7, model.n), np.float32)
     clist = np.zeros(model.n, np.uint32)

@@ -246,7 +246,7 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
         if GENERAL and meshes is not None and meshes[2].shape[0] > 0:
             # The mesh colliders' triangles at this substep's start and end.
             mesh_substep_rows(meshes[0], meshes[1], meshes[2], meshes[3], t0, t1, meshes[10], cfg.coff_max,
-                              meshes[12], meshes[8], meshes[9], meshes[13], meshes[14])
+                              meshes[12], meshes[8], meshes[9], meshes[13], meshes[14], meshes[16])
         if GENERAL and use_lambda:
             stretch.lam[:] = F0
             shear.lam[:] = F0

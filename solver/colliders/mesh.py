@@ -267,7 +267,7 @@ def _unit_normal(ux, uy, uz, wx, wy, wz):
 
 
 @njit(**FLAT)
-def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox, sel, once):
+def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox, sel, once, vs):
     """The triangles at substep end (tri1: a, edges, unit normal, the
     barycentric constants, velocity, and a0 . n: the plane's offset at
     substep start, for the side a vertex started on; the normal's turn over
@@ -276,7 +276,9 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
     nbr: (t, 3) the triangle across each edge (-1: none), for the sharp
     flag. Only the triangles sel lists (build_grid: their neighbours
     among them) get rows. once[0]: 0 every substep (a moving collider), 1
-    this once (a still one: its rows do not change), 2 not again."""
+    this once (a still one: its rows do not change), 2 not again. vs:
+    (2, m, 3) scratch, the vertices at substep start and end (each is
+    shared by about six triangles: interpolated once)."""
     if once[0] == 2:
         return
     if once[0] == 1:
@@ -284,14 +286,17 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
     s0 = F1 - t0
     s1 = F1 - t1
     third = inv_dt / np.float32(3.0)
+    for v in range(v0.shape[0]):
+        vs[0, v, 0], vs[0, v, 1], vs[0, v, 2] = _lerp3(v0, v1, v, s0, t0)
+        vs[1, v, 0], vs[1, v, 1], vs[1, v, 2] = _lerp3(v0, v1, v, s1, t1)
     for q in range(sel.shape[0]):
         j = sel[q]
         ia, ib, ic = tris[j, 0], tris[j, 1], tris[j, 2]
         g = max(tparam[j, 0], tparam[j, 3]) + pad
-        ax0, ay0, az0 = _lerp3(v0, v1, ia, s0, t0)
-        ax1, ay1, az1 = _lerp3(v0, v1, ia, s1, t1)
-        bx1, by1, bz1 = _lerp3(v0, v1, ib, s1, t1)
-        cx1, cy1, cz1 = _lerp3(v0, v1, ic, s1, t1)
+        ax0, ay0, az0 = vs[0, ia, 0], vs[0, ia, 1], vs[0, ia, 2]
+        ax1, ay1, az1 = vs[1, ia, 0], vs[1, ia, 1], vs[1, ia, 2]
+        bx1, by1, bz1 = vs[1, ib, 0], vs[1, ib, 1], vs[1, ib, 2]
+        cx1, cy1, cz1 = vs[1, ic, 0], vs[1, ic, 1], vs[1, ic, 2]
         ux, uy, uz = bx1 - ax1, by1 - ay1, bz1 - az1
         wx, wy, wz = cx1 - ax1, cy1 - ay1, cz1 - az1
         n1x, n1y, n1z, l1 = _unit_normal(ux, uy, uz, wx, wy, wz)
@@ -316,8 +321,8 @@ def mesh_substep_rows(v0, v1, tris, tparam, t0, t1, inv_dt, pad, nbr, tri1, tbox
         vz = (v1[ia, 2] + v1[ib, 2] + v1[ic, 2] - v0[ia, 2] - v0[ib, 2] - v0[ic, 2]) * third
         tri1[j, 16], tri1[j, 17], tri1[j, 18] = vx, vy, vz
         tri1[j, 19] = ax0 * n1x + ay0 * n1y + az0 * n1z
-        bx0, by0, bz0 = _lerp3(v0, v1, ib, s0, t0)
-        cx0, cy0, cz0 = _lerp3(v0, v1, ic, s0, t0)
+        bx0, by0, bz0 = vs[0, ib, 0], vs[0, ib, 1], vs[0, ib, 2]
+        cx0, cy0, cz0 = vs[0, ic, 0], vs[0, ic, 1], vs[0, ic, 2]
         tbox[j, 0] = min(min(min(ax0, bx0), min(cx0, ax1)), min(bx1, cx1)) - g
         tbox[j, 1] = min(min(min(ay0, by0), min(cy0, ay1)), min(by1, cy1)) - g
         tbox[j, 2] = min(min(min(az0, bz0), min(cz0, az1)), min(bz1, cz1)) - g
@@ -738,6 +743,7 @@ class _MeshStep:
         self.still = None
         self.rows_once = np.zeros(1, np.uint8)   # mesh_substep_rows' once
         self.found = np.zeros(GATHER, np.int32)   # project_meshes' scratch
+        self.vs = np.zeros((2, 0, 3), np.float32)   # mesh_substep_rows' scratch
         self.builds = 0
 
 
@@ -804,8 +810,10 @@ def mesh_step_args(model, meshes, dt, pad, margin=0.0, pos=None, vel=None, pin_e
         scratch.rows_once[0] = 1 if still else 0
     grid, start, items, tcell, sel = built
     scratch.culled = tris.shape[0] - sel.shape[0]
+    if scratch.vs.shape[1] != v0.shape[0]:
+        scratch.vs = np.zeros((2, v0.shape[0], 3), np.float32)
     return (v0, v1, tris, tparam, grid, start, items, tcell, scratch.tri1, scratch.tbox, np.float32(1.0 / dt),
-            scratch.near, scratch.nbr, sel, scratch.rows_once, scratch.found)
+            scratch.near, scratch.nbr, sel, scratch.rows_once, scratch.found, scratch.vs)
 
 
 # mesh_step_args' tuple for no triangle: run_general takes it where a step
@@ -816,4 +824,5 @@ NO_MESHES = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32), np.zero
              np.zeros((0, 4), np.float32), np.array((0, 0, 0, 1, 1, 1, 1, 0), np.float32), np.zeros(2, np.int32),
              np.zeros(0, np.int32), np.zeros((0, 6), np.int32), np.zeros((0, TRI1_COLS), np.float32),
              np.zeros((0, 6), np.float32), np.float32(1.0), np.zeros(0, np.uint8), np.zeros((0, 3), np.int32),
-             np.zeros(0, np.int32), np.zeros(1, np.uint8), np.zeros(GATHER, np.int32))
+             np.zeros(0, np.int32), np.zeros(1, np.uint8), np.zeros(GATHER, np.int32),
+             np.zeros((2, 0, 3), np.float32))

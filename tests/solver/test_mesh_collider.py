@@ -276,9 +276,9 @@ def test_culling_changes_no_push():
             (state.positions, state.velocities) if cull else (None, None)))
         if cull:
             assert 0 < args[13].shape[0] < len(tris) // 3
-        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found = args
+        v0, v1, tr, tp, grid, start, items, tcell, tri1, tbox, inv_dt, near, nbr, sel, once, found, vs = args
         mesh_mod.mesh_substep_rows(v0, v1, tr, tp, np.float32(0.0), np.float32(1.0), inv_dt, np.float32(0.0),
-                                   nbr, tri1, tbox, sel, once)
+                                   nbr, tri1, tbox, sel, once, vs)
         pos = state.positions.copy()
         contact = np.zeros((7, model.n), np.float32)
         clist = np.zeros(model.n, np.uint32)
