@@ -32,7 +32,8 @@ import numpy as np
 from numba import njit, types
 
 from .colliders import collider_scratch, interpolate_colliders, project_colliders_into
-from .colliders.box import box_swept_contacts, interpolate_boxes, project_box_edges_into, project_boxes_into
+from .colliders.box import (box_swept_contacts, interpolate_boxes, project_box_corners_into, project_box_edges_into,
+                             project_boxes_into)
 from .colliders.capsule import capsule_boxes_into, generate_contacts, prepare_capsules_into, swept_box_union
 from .colliders.edges import grown_box, project_edges_into, project_faces_into
 from .colliders.mesh import mesh_substep_rows, project_mesh_edges, project_meshes
@@ -326,6 +327,13 @@ def _run(pos, vel, prev, inv_mass, config, accel, wind, tris, pins, caps, planes
                                                     edge_other, contact, clist, ccount, baabb, bstamp, False)
                     # Once more around the vertices it pushed: their
                     # neighbours' edges over a corner were pushed back in.
+                    ccount = project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_start,
+                                                    edge_other, contact, clist, ccount, baabb, bstamp, True)
+                    # The corners out of the faces, and the edges of the
+                    # vertices that moved once more.
+                    ccount = project_box_corners_into(pos, inv_mass, bx1, margin, cmask, tri_start,
+                                                      tri_list, tris, tri_stamp, cfg.edge_reach, contact, clist,
+                                                      ccount, bstamp)
                     ccount = project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_start,
                                                     edge_other, contact, clist, ccount, baabb, bstamp, True)
             if has_contacts:

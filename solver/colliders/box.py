@@ -22,7 +22,9 @@ it entered during the substep, back through its entry plane; one the
 constraints dragged in from outside enters where its path crossed the
 surface. The cloth's edges across a box's edges and corners (both ends
 outside) move out along the separating axis back to the side they came
-from (project_box_edges_into), never carrying an end into the box.
+from (project_box_edges_into), never carrying an end into the box, and
+a corner that comes through a face between its edges pushes the face off
+it (project_box_corners_into).
 Distances grow by the margin and each vertex's collider offset, as the
 capsules' radii do.
 """
@@ -35,13 +37,16 @@ from numba import njit
 from ..config import EPS, F0, F1, FHALF, TRACE_EPS
 from ..jit import FLAT, KERNEL as JIT
 from ..params import SolverError
-from .edges import record_push
+from .edges import _barycentric, _triangle_frame, face_contacts_needed, record_push
 
 PACKED = 21
 ROW = 22
 # How much deeper than its ends (m) an edge's deepest point must be for
 # the edge pass to push it.
 EDGE_SLACK = np.float32(1e-4)
+# The corner pass visits the triangles of the vertices within this many
+# longest rest edges (SurfaceEdges.reach) of a corner.
+CORNER_REACH = np.float32(2.0)
 
 
 @njit(inline="always", **JIT)
@@ -659,4 +664,144 @@ def project_box_edges_into(pos, prev, inv_mass, bx0, bx1, margin, cmask, edge_st
                 if aq > F0:
                     ccount = record_push(contact, clist, ccount, q, aq, nx, ny, nz, v[0], v[1], v[2])
                     stamp[q] = mark
+    return ccount
+
+
+@njit(inline="always", **JIT)
+def _corner(b, j, sx, sy, sz):
+    """World position of the centre of corner (sx, sy, sz) (each +-1) of box
+    j of rows b: where its rounding sphere sits (the corner itself for a
+    sharp box)."""
+    r = b[j, 15]
+    lx = sx * max(b[j, 12] - r, F0)
+    ly = sy * max(b[j, 13] - r, F0)
+    lz = sz * max(b[j, 14] - r, F0)
+    return (b[j, 0] + b[j, 3] * lx + b[j, 4] * ly + b[j, 5] * lz,
+            b[j, 1] + b[j, 6] * lx + b[j, 7] * ly + b[j, 8] * lz,
+            b[j, 2] + b[j, 9] * lx + b[j, 10] * ly + b[j, 11] * lz)
+
+
+@njit(**FLAT)
+def project_box_corners_into(pos, inv_mass, bx1, margin, cmask, tri_start, tri_list, tris, stamp, reach,
+                             contact, clist, ccount, vstamp):
+    """Keep the boxes' corners out of the cloth's faces: a table's corner
+    through the middle of a tablecloth's triangle whose vertices and edges
+    are all outside (the cloth then hangs hooked on the corner, the face
+    stretched around it). For each corner, the triangles of the vertices
+    within CORNER_REACH longest rest edges of it (a face is caught as it
+    comes to the corner, before it is stretched around it) whose plane has
+    the corner's rounding sphere (grown by the margin and the offsets) less
+    than its radius on the side away from the box's centre, the corner
+    projecting into the triangle, move along their normal away from the
+    centre until the sphere is that radius behind the plane, shared by the
+    barycentric weights and the inverse masses. A corner more than its
+    radius through a face counts only where the face's point over it is in
+    the box (a face beside the box that a far corner projects into is not
+    cut by it), and no push carries a vertex deeper into the box. Skipped
+    for corners rounded to more than the triangles
+    (edges.face_contacts_needed: the edge contacts hold those). tris: (3,
+    t) uint32; stamp: the triangles' marks (as edges.project_faces_into).
+    vstamp: project_box_edges_into's stamp; the vertices this pass moves
+    get its mark (its `again` round then visits their edges). Returns the
+    new ccount."""
+    k = bx1.shape[0]
+    n = np.uint64(pos.shape[1])
+    if k == 0:
+        return ccount
+    last = stamp.shape[0] - 1
+    far = reach * CORNER_REACH
+    vstamp[n] += 1   # a fresh mark: the edge pass's again round visits only this pass's vertices
+    for j in range(k):
+        rr0 = bx1[j, 15] + margin
+        if not face_contacts_needed(rr0, reach, margin):
+            continue
+        # One mark per corner (a triangle is visited once a corner).
+        if stamp[last] >= np.uint32(0xFFFFFFF0):
+            stamp[:] = 0
+        base = stamp[last] + np.uint32(1)
+        stamp[last] = base + np.uint32(8)
+        r_box = bx1[j, 15]
+        ex, ey, ez = max(bx1[j, 12] - r_box, F0), max(bx1[j, 13] - r_box, F0), max(bx1[j, 14] - r_box, F0)
+        for i in range(n):
+            if cmask[i] < F0:
+                continue
+            px, py, pz = pos[0, i], pos[1, i], pos[2, i]
+            # Box-local coordinates: near a corner only within `far` (and
+            # the radius) of it along each local axis.
+            dx, dy, dz = px - bx1[j, 0], py - bx1[j, 1], pz - bx1[j, 2]
+            qx = bx1[j, 3] * dx + bx1[j, 6] * dy + bx1[j, 9] * dz
+            qy = bx1[j, 4] * dx + bx1[j, 7] * dy + bx1[j, 10] * dz
+            qz = bx1[j, 5] * dx + bx1[j, 8] * dy + bx1[j, 11] * dz
+            lim = far + rr0 + cmask[i]
+            if abs(abs(qx) - ex) > lim or abs(abs(qy) - ey) > lim or abs(abs(qz) - ez) > lim:
+                continue
+            for corner in range(8):
+                sx = F1 if corner & 1 else -F1
+                sy = F1 if corner & 2 else -F1
+                sz = F1 if corner & 4 else -F1
+                if abs(qx - sx * ex) > lim or abs(qy - sy * ey) > lim or abs(qz - sz * ez) > lim:
+                    continue
+                tag = base + np.uint32(corner)
+                cx, cy, cz = _corner(bx1, j, sx, sy, sz)
+                for u in range(tri_start[i], tri_start[i + 1]):
+                    tr = tri_list[u]
+                    if stamp[tr] == tag:
+                        continue
+                    stamp[tr] = tag
+                    i0, i1, i2 = tris[0, tr], tris[1, tr], tris[2, tr]
+                    w0, w1, w2 = inv_mass[i0], inv_mass[i1], inv_mass[i2]
+                    if w0 + w1 + w2 == F0 or cmask[i0] < F0 or cmask[i1] < F0 or cmask[i2] < F0:
+                        continue
+                    rr = rr0 + max(cmask[i0], max(cmask[i1], cmask[i2]))
+                    x0, y0, z0, v0, v1, nx, ny, nz = _triangle_frame(pos, i0, i1, i2)
+                    nl = np.sqrt(nx * nx + ny * ny + nz * nz)
+                    if nl < EPS:
+                        continue
+                    nx, ny, nz = nx / nl, ny / nl, nz / nl
+                    # The normal away from the box's centre.
+                    if (bx1[j, 0] - x0) * nx + (bx1[j, 1] - y0) * ny + (bx1[j, 2] - z0) * nz > F0:
+                        nx, ny, nz = -nx, -ny, -nz
+                    h = (cx - x0) * nx + (cy - y0) * ny + (cz - z0) * nz
+                    if h <= -rr:
+                        continue
+                    if h > rr:
+                        # Through the face by more than its radius: only
+                        # where the face's point over the corner is in the
+                        # box (a face beside the box that a far corner
+                        # projects into is the vertex and edge passes').
+                        if box_distance(cx - h * nx, cy - h * ny, cz - h * nz, bx1, j, F0)[0] >= F0:
+                            continue
+                    b0, b1, b2 = _barycentric(x0, y0, z0, v0, v1, cx - h * nx, cy - h * ny, cz - h * nz)
+                    if b0 < F0 or b1 < F0 or b2 < F0:
+                        continue
+                    den = w0 * b0 * b0 + w1 * b1 * b1 + w2 * b2 * b2
+                    if den < EPS:
+                        continue
+                    push = h + rr
+                    cap = np.float32(2.0)
+                    a0 = min(w0 * b0 / den, cap) * push
+                    a1 = min(w1 * b1 / den, cap) * push
+                    a2 = min(w2 * b2 / den, cap) * push
+                    # Never into the box: a push that would carry a vertex
+                    # deeper than it is (a face the box sweeps through) is
+                    # the vertex and edge passes'.
+                    deeper = False
+                    for vi, a in ((i0, a0), (i1, a1), (i2, a2)):
+                        if a > F0:
+                            grow = margin + cmask[vi]
+                            d_now = box_distance(pos[0, vi], pos[1, vi], pos[2, vi], bx1, j, grow)[0]
+                            d_new = box_distance(pos[0, vi] + a * nx, pos[1, vi] + a * ny, pos[2, vi] + a * nz, bx1,
+                                                 j, grow)[0]
+                            if d_new < F0 and d_new < d_now:
+                                deeper = True
+                    if deeper:
+                        continue
+                    vx, vy, vz = box_velocity(cx, cy, cz, bx1, j)
+                    for vi, a in ((i0, a0), (i1, a1), (i2, a2)):
+                        if a > F0:
+                            pos[0, vi] += a * nx
+                            pos[1, vi] += a * ny
+                            pos[2, vi] += a * nz
+                            ccount = record_push(contact, clist, ccount, vi, a, nx, ny, nz, vx, vy, vz)
+                            vstamp[vi] = vstamp[n]
     return ccount
