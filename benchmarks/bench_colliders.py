@@ -358,7 +358,7 @@ def drape_case(warm, steps, quality_every):
         es, eo = model.surface.arrays()[:2]
         t = time.thread_time()
         mesh_mod.project_mesh_edges(pos, model.prev, model.inv_mass, model.collider_offset, es, eo, tp, tri1, tbox,
-                                    grid, start, items, tcell, near, contact, clist, np.int64(0), found)
+                                    grid, start, items, tcell, near, contact, clist, np.int64(0))
         edge_proj.append((time.thread_time() - t) * 1e3)
     broad_phase_case(state, model, collider)
     emit(bench="colliders", case="mesh_collider_body_20k", vertices=int(model.n), triangles=int(tris.shape[0]),
