@@ -124,8 +124,10 @@ class ClothParams:
     collision_margin: float = 0.005
     friction_static: float = 0.5
     friction_kinetic: float = 0.3
-    # Capsule contacts of the cloth's edges and faces, not only its vertices
-    # (colliders/edges.py): off, a capsule can cut between vertices.
+    # Collider contacts of the cloth's edges and faces, not only its vertices
+    # (capsules: colliders/edges.py; boxes: their edges and corners; mesh
+    # colliders: their sharp edges): off, a collider can cut between
+    # vertices.
     edge_contacts: bool = True
 
     # Speed limit, m/s (0 or inf = none).
