@@ -221,7 +221,7 @@ def step(model, state, inputs=None, dt=1.0 / 60.0, params=None):
         # Contacts found once against the whole step's predicted motion,
         # solved inside the compiled step every iteration, before the
         # colliders.
-        sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32))
+        sc.detect(pos, vel, dt, np.asarray(params.gravity, dtype=np.float32), threads.resolve(params.threads))
         if sc.count:
             self_contacts = sc.solve_args()
     # Box colliders run in run_general only (the default loop stays small).

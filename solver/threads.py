@@ -17,7 +17,10 @@ workqueue threading layer, its fallback where neither OpenMP nor TBB loads
 parallel regions at once, even at one thread each
 (tests/solver/test_threads.py steps cloths side by side on it).
 
-The step of one cloth stays serial inside by default. Its default loop runs
+A large self-colliding cloth splits its self-collision detection over
+numba's threads (selfcollision.DETECT_SPLIT_MIN_PATCHES: one parallel
+region of a few hundred microseconds a step). The rest of the step of one
+cloth stays serial inside by default. Its default loop runs
 a few dozen colour batches and per-vertex passes per substep, each a few
 microseconds on a 10k-vertex sheet, and launching a numba parallel region
 costs about as much under the OpenMP layer and ten times more under
@@ -126,11 +129,12 @@ class numba_threads:
 # times slower than on one thread (the "large_sheet_swinging_capsule_threads"
 # rows with cores_used below 2). Set a vertex count here to turn it on.
 COLOUR_SPLIT_MIN_VERTICES = float("inf")
-# run_threaded compiles in a background thread the first time a cloth could
-# use it; the steps take loop.run meanwhile (the same result).
+# run_threaded (and the threaded self-collision detection) compile in a
+# background thread the first time a cloth could use them; the steps take
+# the serial kernels meanwhile (the same result).
 BACKGROUND_COMPILE = True
-_compiled = set()      # argument types run_threaded has compiled for
-_compiling = {}        # argument types -> the thread compiling them
+_compiled = set()      # (kernel, argument types, fast) compiled
+_compiling = {}        # (kernel, argument types, fast) -> the thread compiling them
 _compile_lock = threading.Lock()
 
 
@@ -148,44 +152,53 @@ class _ColourSplit:
         from . import loop
 
         split = tuple(self.swap.get(id(a), a) for a in args)
-        types = tuple(numba.typeof(a) for a in split)
-        if types in _compiled:
-            return loop.run_threaded(*split)
-        _compile(types)
-        if types in _compiled:
+        if compile_in_background(loop.run_threaded, split):
             return loop.run_threaded(*split)
         return loop.run(*args)
 
 
-def _compile_now(types):
-    from . import loop
+def _compile_now(kernel, types, fast):
     from .jit import compiled_fast
 
     try:
-        with compiled_fast():
-            loop.run_threaded.compile(types)
-    except Exception:  # noqa: BLE001 - the serial loop goes on; a failure is not retried
+        if fast:
+            with compiled_fast():
+                kernel.compile(types)
+        else:
+            kernel.compile(types)
+    except Exception:  # noqa: BLE001 - the serial kernel goes on; a failure is not retried
         return
-    _compiled.add(types)
+    _compiled.add((kernel, types, fast))
 
 
-def _compile(types):
+def compile_in_background(kernel, args, fast=True):
+    """Whether `kernel` (a numba dispatcher) is compiled for `args`; if not,
+    its compile starts in a background thread (once; at once and in this
+    thread when BACKGROUND_COMPILE is off) and the caller takes its serial
+    twin meanwhile. fast: compiled as the step kernels are (inside
+    jit.compiled_fast), else with numba's defaults: as its serial twin is,
+    so that both round alike (the vectoriser's setting changes how the
+    code they share rounds)."""
+    key = (kernel, tuple(numba.typeof(a) for a in args), bool(fast))
+    if key in _compiled:
+        return True
     with _compile_lock:
-        if types in _compiling:
-            return
+        if key in _compiling:
+            return False
         if not BACKGROUND_COMPILE:
-            _compiling[types] = None
+            _compiling[key] = None
     if not BACKGROUND_COMPILE:
-        _compile_now(types)
-        return
-    worker = threading.Thread(target=_compile_now, args=(types,), name="drape-compile-threaded", daemon=True)
+        _compile_now(*key)
+        return key in _compiled
+    worker = threading.Thread(target=_compile_now, args=key, name="drape-compile-threaded", daemon=True)
     with _compile_lock:
-        _compiling[types] = worker
+        _compiling[key] = worker
     worker.start()
+    return False
 
 
 def wait_for_compiles(timeout=None):
-    """Wait until run_threaded's background compiles have ended."""
+    """Wait until the background compiles have ended."""
     for worker in list(_compiling.values()):
         if worker is not None:
             worker.join(timeout)

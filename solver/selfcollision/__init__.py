@@ -86,9 +86,11 @@ which drives them.
 import time
 from collections import namedtuple
 
+import numba
 import numpy as np
 
-from .broad import detect_grid, detect_patches, patch_work, step_displacement
+from .broad import (detect_grid, detect_patches, detect_patches_threaded, patch_work, step_displacement,
+                    thread_work)
 from .cache import NO_FANS, strip_fans, vt_distances
 from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
                         MODE_POINT_POINT)
@@ -115,6 +117,12 @@ _CACHED_VT_PER_VERTEX = 3
 
 # slot_delta before the parallel solve has run (solve_args).
 _NO_SLOTS = np.zeros((0, 4, 3), dtype=np.float32)
+# A cloth of at least this many patches (about patch_size triangles each)
+# detects on several threads when the step may use them (threads > 1 in
+# detect); a smaller one stays serial, where a parallel region's start
+# costs about what the second thread saves (benchmarks/bench_selfcollision.py,
+# the "detect_threads" rows).
+DETECT_SPLIT_MIN_PATCHES = 64
 
 MergedMeshes = namedtuple("MergedMeshes", "positions face_indices face_sizes region vertex_offset")
 
@@ -212,7 +220,8 @@ class SelfCollision:
     grown inside the cells of a grid over the rest shape sized for that many,
     at most 4x as many); a union of neighbouring patches whose normals all
     lie within acos(flat_cos) of one axis counts as flat.
-    parallel: numba threads for the solve (detection is serial either way).
+    parallel: numba threads for the solve (detection splits by the threads
+    detect is given).
     """
 
     def __init__(self, rest_positions, triangles, region=None, *, thickness=0.005, friction=0.2,
@@ -246,6 +255,7 @@ class SelfCollision:
         self.n_regions = n_regions
         self.broad_phase = broad_phase
         self.parallel = bool(parallel)
+        self._threaded_ready = False   # detect_patches_threaded compiled for this cloth's records
         self.margin = float(margin)
         if not (self.margin >= 0.0):
             raise _Error(f"self collision: margin must be >= 0, got {margin}")
@@ -454,12 +464,55 @@ class SelfCollision:
         # Strip fans (cache_contacts only): none.
         self._fans = NO_FANS
 
-    def _run_detect(self, pos, disp, margin):
+    def _thread_work(self, threads):
+        """Per-worker scratch for the threaded detection, a worker for each
+        of numba's threads on this thread (made again when more workers or
+        more room are wanted), its per-detect rows zeroed."""
+        # A worker for each of numba's threads on this thread.
+        rows = max(1, numba.get_num_threads())
+        tw = getattr(self, "_tw", None)
+        if tw is None or tw.fill.shape[0] < rows or tw.kind.shape[1] != self._capacity:
+            npatch = len(self._pstart) - 1
+            tw = self._tw = thread_work(self.n, len(self.triangles), npatch, rows, self._capacity)
+        # The two-ring stamps need no clearing: a triangle stamps its own
+        # ring before it reads a stamp, and a stamp left by an earlier detect
+        # names a triangle whose ring the vertex is in.
+        tw.ready.fill(0)
+        tw.fill.fill(0)
+        tw.claim.fill(0)
+        return tw
+
+    def _threaded_args(self, threads, pos, disp, regions, stats):
+        """detect_patches_threaded's arguments when `threads` > 1, the cloth
+        has at least DETECT_SPLIT_MIN_PATCHES patches and that kernel is
+        compiled (solver.threads.compile_in_background: the serial kernel
+        until then; the same contacts either way), else None."""
+        if self.broad_phase != "patch" or threads < 2 or len(self._pstart) - 1 < DETECT_SPLIT_MIN_PATCHES:
+            return None
+        # numba's count on this thread (1 inside solver.threads.run_all's
+        # jobs): asked only here, so a small cloth never starts numba's threads.
+        if numba.get_num_threads() < 2:
+            return None
+        from .. import threads as _threads
+
+        args = (pos, disp, self._mesh, regions, self._patches, self._patch_work, tuple(self._thread_work(threads)),
+                self._out, stats)
+        # Asked once: typing these records costs about a detection's time.
+        # Compiled as detect_patches is (the step calls detect outside
+        # jit.compiled_fast), so the two make the same contacts bit for bit.
+        if not self._threaded_ready:
+            self._threaded_ready = _threads.compile_in_background(detect_patches_threaded, args, fast=False)
+        return args if self._threaded_ready else None
+
+    def _run_detect(self, pos, disp, margin, threads=1):
         stats = np.zeros(2, dtype=np.int64)
         regions = tuple(Regions(self.modes, self.thickness, self.friction, self.conservativeness, self.layers,
                                 np.float32(margin)))
         while True:
-            if self.broad_phase == "patch":
+            threaded = self._threaded_args(threads, pos, disp, regions, stats)
+            if threaded is not None:
+                count = detect_patches_threaded(*threaded)
+            elif self.broad_phase == "patch":
                 count = detect_patches(pos, disp, self._mesh, regions, self._patches, self._patch_work, self._out,
                                        stats)
             else:
@@ -476,11 +529,15 @@ class SelfCollision:
         if pos.shape != (3, self.n) or pos.dtype != np.float32:
             raise _Error(f"self collision: {name} must be float32 (3, {self.n}), got {pos.dtype} {pos.shape}")
 
-    def detect(self, pos, vel, dt, gravity):
+    def detect(self, pos, vel, dt, gravity, threads=1):
         """Find this step's contacts (once per step, at step start) and freeze them.
 
         pos, vel: float32 (3, n) at step start; dt: the step; gravity (3,).
-        With cached contacts this does nothing. Returns the contact count.
+        threads: the threads the cloth may use (its resolved setting): with
+        2 or more, a cloth of DETECT_SPLIT_MIN_PATCHES patches or more
+        splits the patch broad phase over numba's threads on this thread
+        (the contacts are the same bytes for any count). With cached contacts this does nothing.
+        Returns the contact count.
         """
         if self.cached:
             self.detect_ms = 0.0
@@ -492,7 +549,7 @@ class SelfCollision:
         g = np.asarray(gravity, dtype=np.float32).reshape(3)
         if not step_displacement(pos, vel, np.float32(dt), g[0], g[1], g[2], self._disp):
             raise _Error("self collision: positions or velocities contain NaN or Inf")
-        count = self._run_detect(pos, self._disp, self.margin)
+        count = self._run_detect(pos, self._disp, self.margin, int(threads))
         self.detect_ms = (time.perf_counter() - t0) * 1e3
         self.solve_ms = 0.0
         return count

@@ -10,14 +10,15 @@ and prune) and `detect_grid` (a uniform grid over the triangle boxes).
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
+from ..atomics import fetch_add
 from ..hardware import prefer_scalar_loads
 from ..jit import EXACT_FLAT, NoAliasCompiler
 from .constants import F32_INF, F32_ONE, F32_TINY, F32_TWO, F32_ZERO, HELPER, JIT, MODE_OFF, SLACK, SLACK_ABS
 from .geometry import edges_cross, sphere_gap
 from .narrow import narrow_pair
-from .records import Contacts, Mesh, Patches, PatchWork, Regions, Sweep
+from .records import Contacts, Mesh, Patches, PatchWork, Regions, Sweep, ThreadWork
 
 @njit(**EXACT_FLAT)   # no fastmath: it may assume no NaN
 def step_displacement(pos, vel, dt, gx, gy, gz, disp):
@@ -577,12 +578,154 @@ def detect_patches(pos, disp, mesh, regions, patches, work, out, stats):
     sweep = _sweep(pos, disp, regions)
     work.ready[:] = 0
     work.mark[:] = 0
-    _patch_bounds(sweep, mesh, patches, work)
+    npatch = patches.start.shape[0] - 1
+    _patch_bounds(sweep, mesh, patches, work, 0, npatch)
     order = np.argsort(work.pbox[:, 0])
-    count, overlaps, narrow = _sweep_patches(order, sweep, mesh, regions, patches, work, out)
+    count, overlaps, narrow = _sweep_patches(order, 0, npatch, sweep, mesh, regions, patches, work, out, 0)
     stats[0] = overlaps
     stats[1] = narrow
     return count
+
+
+# The threaded detection (detect_patches_threaded): patches per block of the
+# bounds pass and per chunk of the sweep, the chunks handed out one at a
+# time (a patch's cost varies by hundreds of times: the ones a collider or
+# a fold reaches meet many partners).
+BOUNDS_BLOCK = 32
+SWEEP_CHUNK = 4
+
+
+def thread_work(n, nt, npatch, threads, capacity):
+    """Per-worker scratch and contact buffers of detect_patches_threaded
+    for `threads` workers, its chunk table and claim counter."""
+    t = int(threads)
+    chunks = (npatch + SWEEP_CHUNK - 1) // SWEEP_CHUNK
+    return ThreadWork(
+        ready=np.zeros((t, npatch + 2 * nt), np.uint8), seg_q=np.empty((t, npatch), np.int64),
+        seg_start=np.empty((t, npatch + 1), np.int64), seg_tri=np.empty((t, nt), np.int64),
+        mark=np.zeros((t, n), np.int64), hits=np.empty((t, nt), np.int32), qlist=np.empty((t, npatch), np.int64),
+        vertex=np.empty((t, capacity, 4), np.int32), kind=np.empty((t, capacity), np.int8),
+        normal=np.empty((t, capacity, 3), np.float32), frame=np.empty((t, capacity), np.int32),
+        target=np.empty((t, capacity), np.float32), friction=np.empty((t, capacity), np.float32),
+        fill=np.zeros(t, np.int64), chunk=np.zeros((chunks, 5), np.int64), claim=np.zeros(t, np.int64))
+
+
+def _detect_patches_threaded(pos, disp, mesh, regions, patches, work, tw, out, stats):
+    """detect_patches with the patches' bounds split over numba's threads
+    in blocks, and the sweep in chunks of SWEEP_CHUNK patches of its order:
+    each worker runs the serial code on the chunks it claims with its own
+    scratch and contact buffer (tw: thread_work(), its ready, fill and
+    claim zeroed by the caller), then the chunks' contacts are copied into out in the sweep's
+    order. The contacts, their order and the stats are those of
+    detect_patches, bit for bit, for any thread count: the per-triangle
+    boxes, spheres and planes a thread makes on first use are the same
+    numbers whichever thread makes them (a thread reads only those it has
+    made itself, or the same values written over them by another).
+    The records stay plain tuples here: a namedtuple that a prange body
+    sees does not survive numba's outlining of it."""
+    sweep = _sweep_plain(pos, disp, regions)
+    npatch = patches[0].shape[0] - 1
+    blocks = (npatch + BOUNDS_BLOCK - 1) // BOUNDS_BLOCK
+    for b in prange(blocks):
+        _bounds_block(sweep, mesh, patches, work, b)
+    order = np.argsort(work[4][:, 0])   # PatchWork.pbox
+    chunks = (npatch + SWEEP_CHUNK - 1) // SWEEP_CHUNK
+    # One worker per row of tw (numba's threads). Worker w sweeps the w-th
+    # of `workers` runs of consecutive chunks (neighbours in the sweep, so
+    # mostly the same partner patches, whose boxes it makes once), taking
+    # the next chunk of its run as it comes free, and then helps with the
+    # other runs in turn. Whichever thread runs a worker, and in whatever
+    # order, every chunk is swept once; the worker's row is its scratch.
+    # (numba's own dynamic schedule and thread ids call into the threading
+    # layer through pointers that its disk cache cannot keep.)
+    workers = tw[13].shape[0]   # ThreadWork.fill
+    for w in prange(workers):
+        for k in range(workers):
+            run = (w + k) % workers
+            first = run * chunks // workers
+            size = (run + 1) * chunks // workers - first
+            while True:
+                c = fetch_add(tw[15], run, 1)   # ThreadWork.claim: chunks of each run handed out
+                if c >= size:
+                    break
+                _sweep_chunk(order, first + c, w, sweep, mesh, regions, patches, work, tw)
+    return _merge_chunks(ThreadWork(*tw), Contacts(*out), chunks, stats)
+
+
+@njit(**JIT)
+def _sweep_plain(pos, disp, regions):
+    """_sweep's record as a plain tuple."""
+    s = _sweep(pos, disp, Regions(*regions))
+    return s.pos, s.rel, s.region_pad, s.region_cons, s.max_reach, s.max_cons
+
+
+@njit(**HELPER)
+def _bounds_block(sweep, mesh, patches, work, b):
+    """_patch_bounds of block b (BOUNDS_BLOCK patches)."""
+    patches = Patches(*patches)
+    npatch = patches.start.shape[0] - 1
+    _patch_bounds(Sweep(*sweep), Mesh(*mesh), patches, PatchWork(*work), b * BOUNDS_BLOCK,
+                  min(npatch, (b + 1) * BOUNDS_BLOCK))
+
+
+@njit(**HELPER)
+def _sweep_chunk(order, c, t, sweep, mesh, regions, patches, work, tw):
+    """_sweep_patches of chunk c (SWEEP_CHUNK patches of the sweep order)
+    by worker t: its scratch rows and contact buffer; the chunk's place in
+    that buffer and its stats into tw.chunk[c]."""
+    patches, work, tw = Patches(*patches), PatchWork(*work), ThreadWork(*tw)
+    npatch = patches.start.shape[0] - 1
+    own = PatchWork(work.box, work.sph, work.planes, work.trows, work.pbox, work.pcone, work.palt, work.pmot,
+                    work.plip, tw.ready[t], tw.seg_q[t], tw.seg_start[t], tw.seg_tri[t], tw.mark[t], tw.hits[t],
+                    tw.qlist[t])
+    buf = Contacts(tw.vertex[t], tw.kind[t], tw.normal[t], tw.frame[t], tw.target[t], tw.friction[t])
+    start = tw.fill[t]
+    count, overlaps, narrow = _sweep_patches(order, c * SWEEP_CHUNK, min(npatch, (c + 1) * SWEEP_CHUNK),
+                                             Sweep(*sweep), Mesh(*mesh), Regions(*regions), patches, own, buf,
+                                             start)
+    tw.fill[t] = count
+    tw.chunk[c, 0] = t
+    tw.chunk[c, 1] = start
+    tw.chunk[c, 2] = count - start
+    tw.chunk[c, 3] = overlaps
+    tw.chunk[c, 4] = narrow
+
+
+@njit(**HELPER)
+def _merge_chunks(tw, out, chunks, stats):
+    """The chunks' contacts into out in chunk order (as far as out and the
+    threads' buffers hold them); returns their number."""
+    total = np.int64(0)
+    overlaps = np.int64(0)
+    narrow = np.int64(0)
+    cap = out.kind.shape[0]
+    room = tw.kind.shape[1]
+    for c in range(chunks):
+        t, start, k = tw.chunk[c, 0], tw.chunk[c, 1], tw.chunk[c, 2]
+        if total + k <= cap and start + k <= room:
+            for j in range(k):
+                src = start + j
+                dst = total + j
+                out.kind[dst] = tw.kind[t, src]
+                for q in range(4):
+                    out.vertex[dst, q] = tw.vertex[t, src, q]
+                for q in range(3):
+                    out.normal[dst, q] = tw.normal[t, src, q]
+                out.frame[dst] = tw.frame[t, src]
+                out.target[dst] = tw.target[t, src]
+                out.friction[dst] = tw.friction[t, src]
+        total += k
+        overlaps += tw.chunk[c, 3]
+        narrow += tw.chunk[c, 4]
+    stats[0] = overlaps
+    stats[1] = narrow
+    return total
+
+
+# Compiled the first time a cloth detects on several threads
+# (SelfCollision.detect with threads > 1), in the background
+# (solver.threads.compile_in_background).
+detect_patches_threaded = njit(parallel=True, **JIT)(_detect_patches_threaded)
 
 
 @njit(**JIT)
@@ -603,23 +746,23 @@ def _sweep(pos, disp, regions):
 
 
 @njit(**HELPER)
-def _patch_bounds(sweep, mesh, patches, work):
-    """Every patch's fat swept box, normal cone (axis, cos of its half
-    angle), smallest triangle altitude, Lipschitz bound of its motion and
-    the centre and spread of that motion (work.pbox, pcone, palt, plip,
-    pmot), from its own triangles and vertices."""
+def _patch_bounds(sweep, mesh, patches, work, p0, p1):
+    """The fat swept box, normal cone (axis, cos of its half angle),
+    smallest triangle altitude, Lipschitz bound of its motion and the
+    centre and spread of that motion (work.pbox, pcone, palt, plip, pmot)
+    of patches p0 to p1 - 1, each from its own triangles and vertices
+    (each writes only its own rows)."""
     pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
     tri_region = mesh.tri_region
     trif = mesh.triangles.reshape(mesh.triangles.size)
     pstart, ptris, pvstart, pverts = patches.start, patches.tris, patches.vert_start, patches.verts
     pbox, pcone, palt, pmot, plip, trows = work.pbox, work.pcone, work.palt, work.pmot, work.plip, work.trows
-    npatch = pstart.shape[0] - 1
     # Rows taken once.
     px, py, pz = pos[0], pos[1], pos[2]
     rx, ry, rz = rel[0], rel[1], rel[2]
     # Per-triangle rows of _patch_triangles.
     tnx, tny, tnz, ta2, tlip, tpad, tcons = trows[0], trows[1], trows[2], trows[3], trows[4], trows[5], trows[6]
-    for p in range(npatch):
+    for p in range(p0, p1):
         # float32 throughout, like the positions: float64 literals made
         # every product here promote (the pass was 20% slower).
         j0 = np.uint64(pstart[p])
@@ -689,15 +832,17 @@ def _patch_bounds(sweep, mesh, patches, work):
 
 
 @njit(**HELPER)
-def _sweep_patches(order, sweep, mesh, regions, patches, work, out):
-    """Patch after patch in the sweep order: its partners, then its
-    triangle pairs. Returns (contacts, overlapping triangle pairs,
-    narrow-phase pairs). One call a step: the records are passed once, and
-    the two pieces inlined here take their fields without reference counts."""
-    count = np.int64(0)
+def _sweep_patches(order, i0, i1, sweep, mesh, regions, patches, work, out, count):
+    """Patch after patch of the sweep order from i0 to i1 - 1: its
+    partners, then its triangle pairs, the contacts written into out from
+    `count` on. Returns (contacts, overlapping triangle pairs, narrow-phase
+    pairs). One call a step (or a chunk of the threaded detection): the
+    records are passed once, and the two pieces inlined here take their
+    fields without reference counts."""
+    count = np.int64(count)
     overlaps = 0
     narrow = 0
-    for ii in range(order.shape[0]):
+    for ii in range(np.int64(i0), np.int64(i1)):
         nseg, own = _patch_partners(np.uint64(ii), order, sweep, mesh, patches, work)
         if nseg == 0 and not own:
             continue

@@ -92,6 +92,17 @@ PatchWork = namedtuple("PatchWork", [
     "qlist",      # (P,) int64: patches whose boxes meet one patch's
 ])
 
+# Per-worker scratch of the threaded detection (broad.thread_work), one
+# worker per thread: the rows of PatchWork's per-pass scratch (worker t:
+# row t), the contacts each worker found, and where each chunk's are.
+ThreadWork = namedtuple("ThreadWork", [
+    "ready", "seg_q", "seg_start", "seg_tri", "mark", "hits", "qlist",   # (T, ...): PatchWork's, per thread
+    "vertex", "kind", "normal", "frame", "target", "friction",           # (T, c, ...): Contacts, per thread
+    "fill",       # (T,) int64: contacts in each thread's buffer
+    "chunk",      # (chunks, 5) int64: worker, first contact, contacts, overlaps, narrow pairs
+    "claim",      # (T,) int64: chunks handed out of each worker's run
+])
+
 # The step's motion as the broad phase sweeps it (broad._sweep).
 Sweep = namedtuple("Sweep", [
     "pos",         # (3, n) float32 at step start [m]

@@ -301,3 +301,87 @@ def test_a_large_cloth_split_by_colour_matches_the_serial_loop(monkeypatch):
     split = _alone(kinds, 10, numba_count=2)
     assert loop.run_threaded.signatures, "the split loop never ran: nothing was compared"
     assert split == serial
+
+
+def _folded(n=24, seed=3):
+    """A sheet folded over itself along x = 0, its top half 4 mm above the
+    bottom one and moving at random: thousands of self contacts."""
+    rest, fi, fs = _sheet(n, 0.6)
+    pos = rest.copy()
+    top = pos[:, 0] > 0
+    pos[top, 0] = -pos[top, 0]
+    pos[top, 2] = 0.004
+    model = build_model(rest, fi, fs, vertex_masses(rest, fi, fs, 0.2), np.zeros(len(rest), np.float32),
+                        ClothParams())
+    sc = SelfCollision.from_model(model, thickness=0.006, patch_size=12)
+    vel = np.random.default_rng(seed).normal(0.0, 0.3, pos.shape)
+    return sc, pos.T.astype(np.float32).copy(), vel.T.astype(np.float32).copy()
+
+
+def _found(sc):
+    return [a.tobytes() for a in (sc.contact_vertex, sc.contact_kind, sc.contact_normal, sc.contact_frame,
+                                  sc.contact_target, sc.contact_friction)] + [sc.candidates, sc.narrow_pairs]
+
+
+@two_threads
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_threaded_detection_finds_the_serial_contacts_in_their_order(workers, monkeypatch):
+    """The patch broad phase split over workers (more workers than threads
+    too) gives the serial detection's contacts, in its order, byte for
+    byte, and its pair counts; also once the contact buffers had to grow."""
+    import drape.solver.selfcollision as selfcollision
+    from drape.solver.selfcollision import broad
+
+    monkeypatch.setattr(threads, "BACKGROUND_COMPILE", False)
+    monkeypatch.setattr(selfcollision, "DETECT_SPLIT_MIN_PATCHES", 0)
+    sc, pos, vel = _folded()
+    g = np.array([0.0, 0.0, -9.81], np.float32)
+    sc.detect(pos, vel, DT, g)
+    serial = _found(sc)
+    assert sc.count > 500, "too few contacts to compare"
+    assert len(sc._pstart) - 1 >= 3 * workers, "too few patches to share out"
+    # The workers are numba's threads: more of them than threads is the
+    # kernel called with more scratch rows.
+    monkeypatch.setattr(selfcollision, "thread_work",
+                        lambda n, nt, npatch, _t, cap, tw=broad.thread_work: tw(n, nt, npatch, workers, cap))
+    monkeypatch.setattr(sc, "_tw", None, raising=False)
+    sc._alloc(64)   # too small: the threaded detection must grow the buffers as the serial one does
+    with threads.numba_threads(2):
+        sc.detect(pos, vel, DT, g, threads=2)
+    assert broad.detect_patches_threaded.signatures, "the threaded detection never ran"
+    assert sc._tw.fill.shape[0] == workers
+    assert _found(sc) == serial
+
+
+@two_threads
+def test_self_colliding_steps_are_bit_identical_with_threaded_detection(monkeypatch):
+    """The layered scene (self and cloth-cloth contacts) and a falling
+    folded sheet, stepped at 1 and 2 numba threads with the detection
+    threaded whatever the cloth's size: the same bytes."""
+    import drape.solver.selfcollision as selfcollision
+    from drape.solver.selfcollision import broad
+
+    monkeypatch.setattr(threads, "BACKGROUND_COMPILE", False)
+    monkeypatch.setattr(selfcollision, "DETECT_SPLIT_MIN_PATCHES", 0)
+    serial = _alone(("layered",), 12, numba_count=1)
+    split = _alone(("layered",), 12, numba_count=2)
+    assert broad.detect_patches_threaded.signatures, "the threaded detection never ran"
+    assert split == serial
+
+    def fall(count):
+        sc, pos, vel = _folded()
+        model = build_model(*_sheet(24, 0.6), vertex_masses(*_sheet(24, 0.6), 0.2),
+                            np.zeros(25 * 25, np.float32), ClothParams())
+        model.self_collision = sc
+        state = model.new_state(pos.T.copy())
+        state.velocities[:] = vel
+        h = hashlib.sha256()
+        with threads.numba_threads(count):
+            for _ in range(10):
+                step(model, state, StepInputs(), DT, ClothParams(threads=count))
+                h.update(state.positions.tobytes())
+        return h.hexdigest(), sc.count
+
+    (one, contacts), (two, _) = fall(1), fall(2)
+    assert contacts > 0
+    assert one == two
