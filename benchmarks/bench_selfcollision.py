@@ -19,7 +19,13 @@ Cases (1 numba thread, 60 Hz steps, medians over the measured steps):
   ms per step and the intersecting triangle pairs (exact test, every frame
   of the crushed pile, every other frame of the layers): the largest count
   in a frame and the count at the end.
-`bench_selfcollision.py crushed` or `... layers` runs only those rows.
+- detect_threads_N (the hanging sheet with the swinging capsule, N x N):
+  detection alone on 1 and 2 numba threads, over the same 40 step-start
+  states in alternating blocks (wall time, medians), the threaded kernel
+  taken whatever the cloth's size (SelfCollision's DETECT_SPLIT_MIN_PATCHES
+  says from which size the step takes it); the contacts of both compared
+  byte for byte.
+`bench_selfcollision.py crushed`, `... layers` or `... threads` runs only those rows.
 The machine may be shared: figures are noisy. Each ratio row steps the scene
 with and without self collision in lockstep (run_paired), so both see the same
 moments of the machine; each pair alone (a third scene between them changes
@@ -237,10 +243,68 @@ def scenario_rows():
         scenario_row("swung_layers", run, 120, 2)
 
 
+def _contacts(sc):
+    return tuple(a.tobytes() for a in (sc.contact_vertex, sc.contact_kind, sc.contact_normal, sc.contact_frame,
+                                       sc.contact_target, sc.contact_friction))
+
+
+def detect_threads_row(n, states=40, every=5, blocks=12):
+    """Detection of the N x N hanging sheet on 1 and 2 threads (see the
+    module docstring)."""
+    import drape.solver.selfcollision as selfcollision
+    from drape.solver import threads
+
+    if threads.available() < 2:
+        log(f"detect_threads_{n}: numba has one thread here; skipped")
+        return
+    model, state, inputs_at, params, sc = hanging_run(n, 2, "patch")
+    g = np.asarray(params.gravity, np.float32)
+    saved = []
+    for i in range(60 + states * every):
+        if i >= 60 and (i - 60) % every == 0:
+            saved.append((state.positions.copy(), state.velocities.copy()))
+        step(model, state, inputs_at(i), DT, params)
+    threads.BACKGROUND_COMPILE, background = False, threads.BACKGROUND_COMPILE
+    selfcollision.DETECT_SPLIT_MIN_PATCHES, min_patches = 0, selfcollision.DETECT_SPLIT_MIN_PATCHES
+    times = {1: [], 2: []}
+    same = True
+    try:
+        for b in range(blocks):
+            found = {}
+            for count in ((1, 2) if b % 2 == 0 else (2, 1)):
+                with threads.numba_threads(count):
+                    found[count] = []
+                    for pos, vel in saved:
+                        t = time.perf_counter()
+                        sc.detect(pos, vel, DT, g, threads=count)
+                        times[count].append(time.perf_counter() - t)
+                        found[count].append(_contacts(sc))
+            same = same and found[1] == found[2]
+    finally:
+        threads.BACKGROUND_COMPILE = background
+        selfcollision.DETECT_SPLIT_MIN_PATCHES = min_patches
+    one = float(np.median(times[1])) * 1e3
+    for count in (1, 2):
+        ms = float(np.median(times[count])) * 1e3
+        emit(scene=f"detect_threads_{n}", vertices=model.n, substeps=2, threads=count, broad_phase="patch",
+             patches=len(sc._pstart) - 1, split_min_patches=min_patches, detect_ms=round(ms, 4),
+             detect_ms_p25=round(float(np.percentile(times[count], 25)) * 1e3, 4),
+             detect_ms_p75=round(float(np.percentile(times[count], 75)) * 1e3, 4),
+             speedup_vs_1_thread=round(one / ms, 3), contacts_identical=bool(same), detects=len(times[count]))
+
+
+def thread_rows():
+    for n in (32, 64, 100):
+        detect_threads_row(n)
+
+
 def main():
     numba.set_num_threads(1)
     if sys.argv[1:] in (["crushed"], ["layers"]):
         scenario_rows()
+        return 0
+    if sys.argv[1:] == ["threads"]:
+        thread_rows()
         return 0
     log("compiling (first run fills numba's cache)...")
     hanging(8, 2, "patch", warm=2, steps=2)
@@ -270,6 +334,7 @@ def main():
 
     layered_rows()
     scenario_rows()
+    thread_rows()
     return 0
 
 
