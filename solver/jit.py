@@ -52,38 +52,52 @@ EXACT_FLAT = dict(cache=True, error_model="numpy", nogil=True, _nrt=False)
 FAST_FLAT = dict(FAST, _nrt=False)
 
 
+_vectoriser = threading.local()   # .depth: how deep this thread is inside compiled_fast
+
+
 class compiled_fast:
     """Context for calling the step kernels: whatever numba compiles inside
-    it is compiled with LLVM's SLP vectoriser on (numba leaves it off by
-    default), which turns the x, y, z, 0 record arithmetic of the fast
-    constraint kernels into 4-wide SIMD (bending ~76 -> ~40 instructions per
-    element). Scoped, so other numba code in the process keeps numba's
-    defaults. A kernel keeps the code of its first compilation, in the
-    process and in numba's cache: one first compiled outside this context
-    (a test calling it directly) may round differently when the step later
-    links it. Several threads may be inside at once (solver.threads steps
-    cloths side by side): the first in turns the vectoriser on, the last out
-    restores numba's setting."""
-
-    _lock = threading.Lock()
-    _depth = 0
-    _saved = None
+    it, on this thread, is compiled with LLVM's SLP vectoriser on (numba
+    leaves it off by default), which turns the x, y, z, 0 record arithmetic
+    of the fast constraint kernels into 4-wide SIMD (bending ~76 -> ~40
+    instructions per element). Scoped to the thread that compiles: numba
+    compiles on the calling thread, and a compile on another thread (a
+    background compile, a cloth stepped beside this one) keeps its own
+    setting, so a kernel and its threaded twin compiled apart round alike
+    (solver.threads.compile_in_background). A kernel keeps the code of its
+    first compilation, in the process and in numba's cache: one first
+    compiled outside this context (a test calling it directly) may round
+    differently when the step later links it."""
 
     def __enter__(self):
-        cls = compiled_fast
-        with cls._lock:
-            if cls._depth == 0:
-                cls._saved = _numba_config.SLP_VECTORIZE
-                _numba_config.SLP_VECTORIZE = 1
-            cls._depth += 1
+        _vectoriser.depth = getattr(_vectoriser, "depth", 0) + 1
 
     def __exit__(self, *exc):
-        cls = compiled_fast
-        with cls._lock:
-            cls._depth -= 1
-            if cls._depth == 0:
-                _numba_config.SLP_VECTORIZE = cls._saved
+        _vectoriser.depth -= 1
         return False
+
+
+def vectoriser_on():
+    """Whether what numba compiles now, on this thread, gets the SLP vectoriser."""
+    return getattr(_vectoriser, "depth", 0) > 0 or bool(_numba_config.SLP_VECTORIZE)
+
+
+def _thread_scoped_vectoriser():
+    cls = _codegen.CPUCodegen
+    if getattr(cls, "_drape_thread_vectoriser", False):
+        return
+    build = cls._pass_builder
+
+    def _pass_builder(self, **kwargs):
+        if "slp_vectorize" not in kwargs and getattr(_vectoriser, "depth", 0) > 0:
+            kwargs["slp_vectorize"] = True
+        return build(self, **kwargs)
+
+    cls._pass_builder = _pass_builder
+    cls._drape_thread_vectoriser = True
+
+
+_thread_scoped_vectoriser()
 
 
 class NoAliasCompiler(Compiler):
