@@ -18,8 +18,8 @@ parallel regions at once, even at one thread each
 (tests/solver/test_threads.py steps cloths side by side on it).
 
 A large self-colliding cloth splits its self-collision detection over
-numba's threads (selfcollision.DETECT_SPLIT_MIN_PATCHES: one parallel
-region of a few hundred microseconds a step). The rest of the step of one
+numba's threads (selfcollision.DETECT_SPLIT_MIN_PATCHES: two parallel
+regions, a few hundred microseconds of work, a step). The rest of the step of one
 cloth stays serial inside by default. Its default loop runs
 a few dozen colour batches and per-vertex passes per substep, each a few
 microseconds on a 10k-vertex sheet, and launching a numba parallel region
@@ -135,6 +135,7 @@ COLOUR_SPLIT_MIN_VERTICES = float("inf")
 BACKGROUND_COMPILE = True
 _compiled = set()      # (kernel, argument types, fast) compiled
 _compiling = {}        # (kernel, argument types, fast) -> the thread compiling them
+_failed = set()        # (kernel, argument types, fast) whose compile raised
 _compile_lock = threading.Lock()
 
 
@@ -167,19 +168,26 @@ def _compile_now(kernel, types, fast):
         else:
             kernel.compile(types)
     except Exception:  # noqa: BLE001 - the serial kernel goes on; a failure is not retried
+        _failed.add((kernel, types, fast))
         return
     _compiled.add((kernel, types, fast))
 
 
-def compile_in_background(kernel, args, fast=True):
-    """Whether `kernel` (a numba dispatcher) is compiled for `args`; if not,
-    its compile starts in a background thread (once; at once and in this
-    thread when BACKGROUND_COMPILE is off) and the caller takes its serial
-    twin meanwhile. fast: compiled as the step kernels are (inside
-    jit.compiled_fast), else with numba's defaults: as its serial twin is,
-    so that both round alike (the vectoriser's setting changes how the
-    code they share rounds)."""
-    key = (kernel, tuple(numba.typeof(a) for a in args), bool(fast))
+def compile_key(kernel, args, fast=True):
+    """What start_compile takes: `kernel` (a numba dispatcher) for the types
+    of `args`; fast: compiled as the step kernels are (inside
+    jit.compiled_fast), else with numba's defaults, as its serial twin is,
+    so that both round alike (the vectoriser's setting changes how the code
+    they share rounds; jit.compiled_fast holds on its own thread only).
+    Typing the arguments costs microseconds per array: make it once."""
+    return kernel, tuple(numba.typeof(a) for a in args), bool(fast)
+
+
+def start_compile(key):
+    """Whether the kernel of `key` (compile_key) is compiled; if not, its
+    compile starts in a background thread (once; at once and in this thread
+    when BACKGROUND_COMPILE is off) and the caller takes its serial twin
+    meanwhile, and for good when the compile failed."""
     if key in _compiled:
         return True
     with _compile_lock:
@@ -195,6 +203,11 @@ def compile_in_background(kernel, args, fast=True):
         _compiling[key] = worker
     worker.start()
     return False
+
+
+def compile_in_background(kernel, args, fast=True):
+    """start_compile(compile_key(kernel, args, fast))."""
+    return start_compile(compile_key(kernel, args, fast))
 
 
 def wait_for_compiles(timeout=None):

@@ -255,7 +255,8 @@ class SelfCollision:
         self.n_regions = n_regions
         self.broad_phase = broad_phase
         self.parallel = bool(parallel)
-        self._threaded_ready = False   # detect_patches_threaded compiled for this cloth's records
+        self._threaded_key = None   # solver.threads.compile_key of detect_patches_threaded for these records
+        self.detect_threads = 1     # workers of the last detection (1: the serial one)
         self.margin = float(margin)
         if not (self.margin >= 0.0):
             raise _Error(f"self collision: margin must be >= 0, got {margin}")
@@ -464,16 +465,14 @@ class SelfCollision:
         # Strip fans (cache_contacts only): none.
         self._fans = NO_FANS
 
-    def _thread_work(self, threads):
-        """Per-worker scratch for the threaded detection, a worker for each
-        of numba's threads on this thread (made again when more workers or
-        more room are wanted), its per-detect rows zeroed."""
-        # A worker for each of numba's threads on this thread.
-        rows = max(1, numba.get_num_threads())
+    def _thread_work(self, workers):
+        """Per-worker scratch for the threaded detection (made again when
+        the number of workers or the room changes), its per-detect rows
+        zeroed."""
         tw = getattr(self, "_tw", None)
-        if tw is None or tw.fill.shape[0] < rows or tw.kind.shape[1] != self._capacity:
+        if tw is None or tw.fill.shape[0] != workers or tw.kind.shape[1] != self._capacity:
             npatch = len(self._pstart) - 1
-            tw = self._tw = thread_work(self.n, len(self.triangles), npatch, rows, self._capacity)
+            tw = self._tw = thread_work(self.n, len(self.triangles), npatch, workers, self._capacity)
         # The two-ring stamps need no clearing: a triangle stamps its own
         # ring before it reads a stamp, and a stamp left by an earlier detect
         # names a triangle whose ring the vertex is in.
@@ -484,25 +483,32 @@ class SelfCollision:
 
     def _threaded_args(self, threads, pos, disp, regions, stats):
         """detect_patches_threaded's arguments when `threads` > 1, the cloth
-        has at least DETECT_SPLIT_MIN_PATCHES patches and that kernel is
-        compiled (solver.threads.compile_in_background: the serial kernel
-        until then; the same contacts either way), else None."""
+        has at least DETECT_SPLIT_MIN_PATCHES patches, numba has 2 threads or
+        more on this thread and that kernel is compiled
+        (solver.threads.start_compile: the serial kernel until then, and
+        for good if it fails; the same contacts either way), else None.
+        One worker per thread, at most `threads` of numba's."""
         if self.broad_phase != "patch" or threads < 2 or len(self._pstart) - 1 < DETECT_SPLIT_MIN_PATCHES:
             return None
         # numba's count on this thread (1 inside solver.threads.run_all's
         # jobs): asked only here, so a small cloth never starts numba's threads.
-        if numba.get_num_threads() < 2:
+        workers = min(int(threads), numba.get_num_threads())
+        if workers < 2:
             return None
         from .. import threads as _threads
 
-        args = (pos, disp, self._mesh, regions, self._patches, self._patch_work, tuple(self._thread_work(threads)),
-                self._out, stats)
-        # Asked once: typing these records costs about a detection's time.
-        # Compiled as detect_patches is (the step calls detect outside
-        # jit.compiled_fast), so the two make the same contacts bit for bit.
-        if not self._threaded_ready:
-            self._threaded_ready = _threads.compile_in_background(detect_patches_threaded, args, fast=False)
-        return args if self._threaded_ready else None
+        if self._threaded_key is None:
+            # Typed once (about a detection's time): the records keep their
+            # types. Compiled as detect_patches is (the step calls detect
+            # outside jit.compiled_fast), so the two make the same contacts
+            # bit for bit.
+            probe = (pos, disp, self._mesh, regions, self._patches, self._patch_work,
+                     tuple(self._thread_work(workers)), self._out, stats)
+            self._threaded_key = _threads.compile_key(detect_patches_threaded, probe, fast=False)
+        if not _threads.start_compile(self._threaded_key):
+            return None
+        return (pos, disp, self._mesh, regions, self._patches, self._patch_work,
+                tuple(self._thread_work(workers)), self._out, stats)
 
     def _run_detect(self, pos, disp, margin, threads=1):
         stats = np.zeros(2, dtype=np.int64)
@@ -510,6 +516,7 @@ class SelfCollision:
                                 np.float32(margin)))
         while True:
             threaded = self._threaded_args(threads, pos, disp, regions, stats)
+            self.detect_threads = 1 if threaded is None else threaded[6][13].shape[0]   # ThreadWork.fill
             if threaded is not None:
                 count = detect_patches_threaded(*threaded)
             elif self.broad_phase == "patch":

@@ -724,7 +724,7 @@ def _merge_chunks(tw, out, chunks, stats):
 
 # Compiled the first time a cloth detects on several threads
 # (SelfCollision.detect with threads > 1), in the background
-# (solver.threads.compile_in_background).
+# (solver.threads.start_compile).
 detect_patches_threaded = njit(parallel=True, **JIT)(_detect_patches_threaded)
 
 

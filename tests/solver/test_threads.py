@@ -207,22 +207,28 @@ def test_pools_end_on_shutdown_and_start_again():
     assert [r for r, _ in threads.run_all([lambda: 1, lambda: 2], 2)] == [1, 2]
 
 
-def test_the_vectoriser_switch_holds_while_any_thread_is_inside():
+def test_the_vectoriser_switch_is_per_thread():
     """Two threads in compiled_fast at once, leaving in the other order than
-    they came: it stays on until the last leaves, then numba's own is back."""
+    they came, and a third outside: each inside sees it on until it leaves
+    (nested too), the one outside never does (a background compile keeps
+    numba's default while a step runs), and numba's global setting is never
+    touched."""
     from numba.core import config
 
-    from drape.solver.jit import compiled_fast
+    from drape.solver.jit import compiled_fast, vectoriser_on
 
     before = config.SLP_VECTORIZE
-    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
-    seen = []
+    a_in, b_in, a_out, c_seen = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    seen = {}
 
     def first():
         with compiled_fast():
-            a_in.set()
-            b_in.wait(10)
-        seen.append(config.SLP_VECTORIZE)  # b is still inside
+            with compiled_fast():
+                a_in.set()
+                b_in.wait(10)
+            seen["a nested out"] = vectoriser_on()
+            c_seen.wait(10)
+        seen["a out"] = vectoriser_on()
         a_out.set()
 
     def second():
@@ -230,14 +236,22 @@ def test_the_vectoriser_switch_holds_while_any_thread_is_inside():
         with compiled_fast():
             b_in.set()
             a_out.wait(10)
-            seen.append(config.SLP_VECTORIZE)
+            seen["b in"] = vectoriser_on()
+        seen["b out"] = vectoriser_on()
 
-    ts = [threading.Thread(target=first), threading.Thread(target=second)]
+    def outside():
+        b_in.wait(10)
+        seen["c"] = vectoriser_on()
+        seen["c global"] = config.SLP_VECTORIZE
+        c_seen.set()
+
+    ts = [threading.Thread(target=f) for f in (first, second, outside)]
     for t in ts:
         t.start()
     for t in ts:
         t.join(20)
-    assert seen == [1, 1]
+    assert seen == {"a nested out": True, "a out": bool(before), "b in": True, "b out": bool(before),
+                    "c": bool(before), "c global": before}
     assert config.SLP_VECTORIZE == before
 
 
@@ -348,8 +362,7 @@ def test_threaded_detection_finds_the_serial_contacts_in_their_order(workers, mo
     sc._alloc(64)   # too small: the threaded detection must grow the buffers as the serial one does
     with threads.numba_threads(2):
         sc.detect(pos, vel, DT, g, threads=2)
-    assert broad.detect_patches_threaded.signatures, "the threaded detection never ran"
-    assert sc._tw.fill.shape[0] == workers
+    assert sc.detect_threads == workers, "the threaded detection did not run"
     assert _found(sc) == serial
 
 
@@ -359,14 +372,23 @@ def test_self_colliding_steps_are_bit_identical_with_threaded_detection(monkeypa
     folded sheet, stepped at 1 and 2 numba threads with the detection
     threaded whatever the cloth's size: the same bytes."""
     import drape.solver.selfcollision as selfcollision
-    from drape.solver.selfcollision import broad
 
     monkeypatch.setattr(threads, "BACKGROUND_COMPILE", False)
     monkeypatch.setattr(selfcollision, "DETECT_SPLIT_MIN_PATCHES", 0)
-    serial = _alone(("layered",), 12, numba_count=1)
-    split = _alone(("layered",), 12, numba_count=2)
-    assert broad.detect_patches_threaded.signatures, "the threaded detection never ran"
-    assert split == serial
+
+    def layered(count):
+        scene, h = Scene("layered"), hashlib.sha256()
+        with threads.numba_threads(count):
+            for _ in range(12):
+                step(*scene.args())
+                scene.digest(h)
+        sc = scene.model.self_collision
+        return h.hexdigest(), sc.detect_threads, sc.count
+
+    (one, used_one, _), (two, used_two, contacts) = layered(1), layered(2)
+    assert (used_one, used_two) == (1, 2), "the threaded detection did not run"
+    assert contacts > 0
+    assert one == two
 
     def fall(count):
         sc, pos, vel = _folded()
@@ -380,8 +402,55 @@ def test_self_colliding_steps_are_bit_identical_with_threaded_detection(monkeypa
             for _ in range(10):
                 step(model, state, StepInputs(), DT, ClothParams(threads=count))
                 h.update(state.positions.tobytes())
-        return h.hexdigest(), sc.count
+        return h.hexdigest(), sc.detect_threads, sc.count
 
-    (one, contacts), (two, _) = fall(1), fall(2)
+    (one, used_one, contacts), (two, used_two, _) = fall(1), fall(2)
+    assert (used_one, used_two) == (1, 2), "the threaded detection did not run"
     assert contacts > 0
     assert one == two
+
+
+_BACKGROUND = """
+import sys, threading
+sys.path.insert(0, {tests!r})
+import numpy as np
+import test_threads as t
+import drape.solver.selfcollision as selfcollision
+from drape.solver import threads
+from drape.solver.jit import compiled_fast
+selfcollision.DETECT_SPLIT_MIN_PATCHES = 0
+sc, pos, vel = t._folded()
+g = np.array([0.0, 0.0, -9.81], np.float32)
+sc.detect(pos, vel, t.DT, g)                 # serial, compiled as in a step
+serial = t._found(sc)
+inside, done = threading.Event(), threading.Event()
+def step_running():                          # a step holds the vectoriser on meanwhile
+    with compiled_fast():
+        inside.set()
+        done.wait(600)
+runner = threading.Thread(target=step_running)
+runner.start()
+inside.wait(10)
+with threads.numba_threads(2):
+    sc.detect(pos, vel, t.DT, g, threads=2)  # starts the background compile
+    first = sc.detect_threads
+    threads.wait_for_compiles()
+    sc.detect(pos, vel, t.DT, g, threads=2)
+done.set()
+runner.join()
+print(first, sc.detect_threads, t._found(sc) == serial)
+"""
+
+
+@pytest.mark.slow
+@two_threads
+def test_background_compile_of_the_threaded_detection_rounds_as_the_serial_one(tmp_path):
+    """In a fresh cache: the threaded detection compiled in the background
+    while another thread is inside jit.compiled_fast (a step running) makes
+    the serial detection's contacts byte for byte; the serial kernel serves
+    until it is ready."""
+    code = _BACKGROUND.format(tests=os.path.dirname(__file__))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["1", "2", "True"]
