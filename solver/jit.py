@@ -69,11 +69,28 @@ class compiled_fast:
     compiled outside this context (a test calling it directly) may round
     differently when the step later links it."""
 
+    _lock = threading.Lock()   # the process-wide fallback (numba without a per-call builder)
+    _depth = 0
+    _saved = None
+
     def __enter__(self):
         _vectoriser.depth = getattr(_vectoriser, "depth", 0) + 1
+        if not _THREAD_SCOPED:
+            cls = compiled_fast
+            with cls._lock:
+                if cls._depth == 0:
+                    cls._saved = _numba_config.SLP_VECTORIZE
+                    _numba_config.SLP_VECTORIZE = 1
+                cls._depth += 1
 
     def __exit__(self, *exc):
         _vectoriser.depth -= 1
+        if not _THREAD_SCOPED:
+            cls = compiled_fast
+            with cls._lock:
+                cls._depth -= 1
+                if cls._depth == 0:
+                    _numba_config.SLP_VECTORIZE = cls._saved
         return False
 
 
@@ -83,21 +100,30 @@ def vectoriser_on():
 
 
 def _thread_scoped_vectoriser():
+    """Make numba's pass builder (_pass_builder; _pass_manager_builder in
+    older numba) read this thread's compiled_fast; False where neither is
+    there (compiled_fast then sets numba's process-wide switch)."""
     cls = _codegen.CPUCodegen
     if getattr(cls, "_drape_thread_vectoriser", False):
-        return
-    build = cls._pass_builder
+        return True
+    for name in ("_pass_builder", "_pass_manager_builder"):
+        build = getattr(cls, name, None)
+        if build is not None:
+            break
+    else:
+        return False
 
-    def _pass_builder(self, **kwargs):
+    def builder(self, **kwargs):
         if "slp_vectorize" not in kwargs and getattr(_vectoriser, "depth", 0) > 0:
             kwargs["slp_vectorize"] = True
         return build(self, **kwargs)
 
-    cls._pass_builder = _pass_builder
+    setattr(cls, name, builder)
     cls._drape_thread_vectoriser = True
+    return True
 
 
-_thread_scoped_vectoriser()
+_THREAD_SCOPED = _thread_scoped_vectoriser()
 
 
 class NoAliasCompiler(Compiler):

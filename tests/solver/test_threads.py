@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from drape.solver import Capsules, ClothParams, SolverError, StepInputs, build_model, step, threads, vertex_masses
+from drape.solver import jit
 from drape.solver.selfcollision import SelfCollision, merge_meshes
 
 DT = 1.0 / 60.0
@@ -207,6 +208,11 @@ def test_pools_end_on_shutdown_and_start_again():
     assert [r for r, _ in threads.run_all([lambda: 1, lambda: 2], 2)] == [1, 2]
 
 
+per_thread_vectoriser = pytest.mark.skipif(not jit._THREAD_SCOPED,
+                                           reason="this numba has no pass builder to scope per thread")
+
+
+@per_thread_vectoriser
 def test_the_vectoriser_switch_is_per_thread():
     """Two threads in compiled_fast at once, leaving in the other order than
     they came, and a third outside: each inside sees it on until it leaves
@@ -444,6 +450,7 @@ print(first, sc.detect_threads, t._found(sc) == serial)
 
 @pytest.mark.slow
 @two_threads
+@per_thread_vectoriser
 def test_background_compile_of_the_threaded_detection_rounds_as_the_serial_one(tmp_path):
     """In a fresh cache: the threaded detection compiled in the background
     while another thread is inside jit.compiled_fast (a step running) makes
