@@ -478,10 +478,13 @@ def group_mesh(env):
 
 def group_self(env):
     """Self collision and cloth-cloth collision with the default settings:
-    detection, the contacts solved inside the fast step, cached contacts
-    (one cloth and between layers), layer offsets."""
+    detection (serial and threaded), the contacts solved inside the fast
+    step, cached contacts (one cloth and between layers), layer offsets."""
     live = _Live(env, _Cloth(self_collision=True))
     live.advance()
+    # A large cloth detects on several threads (SelfCollision.detect): the
+    # same records' types, whatever this cloth's size.
+    live.model.self_collision.compile_threaded_detection()
     live = _Live(env, _Cloth(), sheets=2, layers=[0, 1])
     live.advance()
     live.advance()

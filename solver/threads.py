@@ -205,6 +205,15 @@ def start_compile(key):
     return False
 
 
+def compile_now(key):
+    """Compile the kernel of `key` (compile_key) on this thread, now (or load
+    it from numba's cache): what scene/warmup_child.py does ahead of a play.
+    Returns whether it is compiled."""
+    if key not in _compiled:
+        _compile_now(*key)
+    return key in _compiled
+
+
 def compile_in_background(kernel, args, fast=True):
     """start_compile(compile_key(kernel, args, fast))."""
     return start_compile(compile_key(kernel, args, fast))

@@ -497,18 +497,35 @@ class SelfCollision:
             return None
         from .. import threads as _threads
 
+        if not _threads.start_compile(self._threaded_key_for(pos, regions, stats, workers)):
+            return None
+        return (pos, disp, self._mesh, regions, self._patches, self._patch_work,
+                tuple(self._thread_work(workers)), self._out, stats)
+
+    def _threaded_key_for(self, pos, regions, stats, workers):
         if self._threaded_key is None:
+            from .. import threads as _threads
+
             # Typed once (about a detection's time): the records keep their
             # types. Compiled as detect_patches is (the step calls detect
             # outside jit.compiled_fast), so the two make the same contacts
             # bit for bit.
-            probe = (pos, disp, self._mesh, regions, self._patches, self._patch_work,
+            probe = (pos, self._disp, self._mesh, regions, self._patches, self._patch_work,
                      tuple(self._thread_work(workers)), self._out, stats)
             self._threaded_key = _threads.compile_key(detect_patches_threaded, probe, fast=False)
-        if not _threads.start_compile(self._threaded_key):
-            return None
-        return (pos, disp, self._mesh, regions, self._patches, self._patch_work,
-                tuple(self._thread_work(workers)), self._out, stats)
+        return self._threaded_key
+
+    def compile_threaded_detection(self):
+        """Compile (or load from numba's cache) the threaded detection for
+        this cloth's records on this thread, now, whatever its size
+        (scene/warmup_child.py, so that a large cloth's first play loads
+        it). Returns whether it compiled."""
+        from .. import threads as _threads
+
+        regions = tuple(Regions(self.modes, self.thickness, self.friction, self.conservativeness, self.layers,
+                                np.float32(self.margin)))
+        pos = np.zeros((3, self.n), np.float32)
+        return _threads.compile_now(self._threaded_key_for(pos, regions, np.zeros(2, np.int64), 2))
 
     def _run_detect(self, pos, disp, margin, threads=1):
         stats = np.zeros(2, dtype=np.int64)
