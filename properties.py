@@ -105,7 +105,8 @@ class DrapeClothSettings(PropertyGroup):
     iterations: IntProperty(name="Iterations", description="Constraint iterations per substep",
                             default=1, min=1, max=50, soft_max=10)
     threads: IntProperty(name="Threads",
-                         description="CPU threads for stepping this cloth beside the scene's other cloths "
+                         description="CPU threads for stepping this cloth beside the scene's other cloths, "
+                                     "and for a large cloth's self-collision detection "
                                      "(0 = Blender's thread setting, Render Properties > Performance); "
                                      "the result is the same for any number",
                          default=0, min=0, max=1024, soft_max=64)

@@ -173,9 +173,10 @@ class ClothParams:
     max_distance: float = 0.0
     backstop_distance: float = 0.0
     backstop_radius: float = 0.0
-    # CPU threads for stepping this cloth beside others (threads.step_all)
-    # and for the parallel passes around the step; 0 = every core. The
-    # results are the same for any value.
+    # CPU threads for stepping this cloth beside others (threads.step_all),
+    # for the parallel passes around the step and a large cloth's
+    # self-collision detection; 0 = every core. The results are the same
+    # for any value.
     threads: int = 0
 
     def validate(self):
