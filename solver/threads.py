@@ -135,7 +135,6 @@ COLOUR_SPLIT_MIN_VERTICES = float("inf")
 BACKGROUND_COMPILE = True
 _compiled = set()      # (kernel, argument types, fast) compiled
 _compiling = {}        # (kernel, argument types, fast) -> the thread compiling them
-_failed = set()        # (kernel, argument types, fast) whose compile raised
 _compile_lock = threading.Lock()
 
 
@@ -168,7 +167,6 @@ def _compile_now(kernel, types, fast):
         else:
             kernel.compile(types)
     except Exception:  # noqa: BLE001 - the serial kernel goes on; a failure is not retried
-        _failed.add((kernel, types, fast))
         return
     _compiled.add((kernel, types, fast))
 
