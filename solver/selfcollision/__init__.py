@@ -8,7 +8,7 @@ One `SelfCollision` per model. The step calls it twice:
   candidates. Triangles' swept boxes, fattened by half the thickness plus the
   margin, go through the broad phase (by default "patch": patches of the
   rest mesh, see ``broad_phase`` for the others); surviving triangle pairs
-  more than two rings apart are tested feature by feature (the narrow phase):
+  that are not near (below) are tested feature by feature (the narrow phase):
 
   * point-point (regions set to ``MODE_POINT_POINT``), storing the normal at
     step start;
@@ -42,11 +42,14 @@ Exactly once: each triangle pair is visited once (canonical A < B, and, in
 the grid, only in the lowest cell both boxes overlap). A feature pair (a
 vertex and a triangle, two edges, two points) is met from every pair of
 triangles around its features and is emitted only by the lowest such pair
-that is more than two rings apart and whose boxes overlap (checked after the
-distance test, so it costs only for contacts). Triangle pairs within two
-rings (a corner of one equal or joined by an edge to a corner of the other)
-are skipped, so neighbours within two rings get no contacts; a pair that was
-closer than the thickness at rest is only held at its rest distance.
+that is not near and whose boxes overlap (checked after the distance test, so
+it costs only for contacts). Near triangle pairs are skipped and get no
+contacts: those sharing a corner, and those with a corner of one joined to a
+corner of the other by a short edge, one on a triangle narrower than
+NEAR_ALTITUDES contact distances (within two rings on a mesh that is fine
+for its thickness; on a coarse one the next row of triangles gets contacts,
+so a tight fold holds). A pair that
+was closer than the thickness at rest is only held at its rest distance.
 
 Regions: ``region`` gives every vertex a region id (one per cloth object after
 `merge_meshes`, or per vertex group). ``modes[i, j]`` (i >= j, the lower
@@ -75,7 +78,7 @@ pinned along a capsule that swings 0.25 m every 0.6 s, the layers part by up
 to 28 cm and contacts cached at rest let them cross from frame 11 on.
 
 The package, in the order a step runs it: topology.py (built once per
-model: two rings, components, patches), broad.py (the broad phase),
+model: near triangles, components, patches), broad.py (the broad phase),
 narrow.py (contact generation), solve.py (the Jacobi solve), cache.py
 (cached contacts' fans), untangle.py (intersection recovery); beside them
 constants.py (kinds, modes, limits, kernel options), records.py (the named records the kernels take) and
@@ -89,8 +92,8 @@ from collections import namedtuple
 import numba
 import numpy as np
 
-from .broad import (detect_grid, detect_patches, detect_patches_threaded, patch_work, step_displacement,
-                    thread_work)
+from .broad import (FLAT_ALTITUDES, detect_grid, detect_patches, detect_patches_threaded, patch_work,
+                    step_displacement, thread_work)
 from .cache import NO_FANS, strip_fans, vt_distances
 from .constants import (KIND_EDGE_EDGE, KIND_POINT_POINT, KIND_VERTEX_TRIANGLE, MODE_FULL, MODE_OFF,
                         MODE_POINT_POINT)
@@ -123,6 +126,19 @@ _NO_SLOTS = np.zeros((0, 4, 3), dtype=np.float32)
 # costs about what the second thread saves (benchmarks/bench_selfcollision.py,
 # the "detect_threads" rows).
 DETECT_SPLIT_MIN_PATCHES = 64
+# Triangles whose corners are joined by a short edge are near, and get no
+# contacts between them. An edge is short when a triangle on it has an
+# altitude under this many contact distances (thickness * (1 + margin)):
+# on a mesh that fine a corner's neighbour lies within the contact distance
+# of the triangles beside it wherever the cloth bends. Where the triangles
+# are wider the neighbour stays farther from them (beside them by about an
+# altitude) until the cloth folds back over itself, so there only triangles
+# that share a corner are near, and a tight fold of a coarse mesh cannot
+# pass the next row of triangles through the row before it
+# (tests/solver/test_selfcollision_crush.py, the folded strip). Where one
+# of two patches touches such an edge, the flat test takes one altitude
+# (broad.py), which still skips flat neighbours of that width.
+NEAR_ALTITUDES = 2.0
 
 MergedMeshes = namedtuple("MergedMeshes", "positions face_indices face_sizes region vertex_offset")
 
@@ -301,12 +317,17 @@ class SelfCollision:
     # ------------------------------------------------------------ settings
 
     def set_params(self, thickness=None, friction=None, conservativeness=None, modes=None, layers=None):
-        """Change per-region settings between steps (no rebuild)."""
+        """Change per-region settings between steps. A thickness that turns
+        an edge short or long (NEAR_ALTITUDES) remakes which triangles are near
+        (_build_near, milliseconds); nothing else is rebuilt."""
         R = self.n_regions
         if thickness is not None:
-            self.thickness = _per_region("thickness", thickness, R)
-            if np.any(self.thickness <= 0):
-                raise _Error(f"self collision thickness must be > 0, got {self.thickness}")
+            value = _per_region("thickness", thickness, R)
+            if np.any(value <= 0):
+                raise _Error(f"self collision thickness must be > 0, got {value}")
+            self.thickness = value
+            if hasattr(self, "_short"):
+                self._build_near()
         if friction is not None:
             self.friction = _per_region("friction", friction, R)
         if conservativeness is not None:
@@ -352,7 +373,7 @@ class SelfCollision:
         np.add.at(adj_start, a + 1, 1)
         adj_start = np.cumsum(adj_start)
         self.adj_start, self.adj = adj_start, adj
-        self.ring_start, self.ring = triangle_rings(tri, adj_start, adj, n)
+        self._adj_edges = e
         self.tri_comp = triangle_components(tri, n)
         # Vertex -> triangles (ascending) and edge -> its first two triangles,
         # for the canonical emission rule.
@@ -371,6 +392,16 @@ class SelfCollision:
         keep = rank < 2
         et[fe_sorted[keep], rank[keep]] = (order[keep] // 3).astype(np.int32)
         self.edge_tris = np.ascontiguousarray(et)
+        # Each edge's width: the smallest altitude of the triangles on it
+        # (_build_near's measure of a coarse mesh).
+        c = self.rest[tri].astype(np.float64)
+        sides = np.stack([c[:, 1] - c[:, 0], c[:, 2] - c[:, 1], c[:, 0] - c[:, 2]], axis=1) if nt else np.zeros((0, 3, 3))
+        longest = np.sqrt(np.einsum("tij,tij->ti", sides, sides).max(axis=1)) if nt else np.zeros(0)
+        area2 = np.linalg.norm(np.cross(sides[:, 0], -sides[:, 2]), axis=1) if nt else np.zeros(0)
+        altitude = np.where(longest > 0, area2 / np.where(longest > 0, longest, 1.0), 0.0)
+        on_edge = et[self.edges[:, 0] != self.edges[:, 1]]
+        width = np.where(on_edge >= 0, altitude[np.maximum(on_edge, 0)] if nt else 0.0, np.inf).min(axis=1)
+        self._adj_width = np.where(np.isfinite(width), width, 0.0)
         # Triangle region: the majority of its corners, else the lowest.
         r = self.region[tri] if nt else np.zeros((0, 3), np.int32)
         tri_region = np.min(r, axis=1) if nt else np.zeros(0, np.int32)
@@ -395,18 +426,56 @@ class SelfCollision:
         self._pstart, self._ptris, self._pnstart, self._pnbr = build_patches(
             tri, self.tri_edges, len(self.edges), n, seed_order, self._patch_cells(corners),
             4 * self.patch_size, self.patch_size // 2)
+        self._pvstart, self._pverts, self._patch_of = patch_vertices(self._pstart, self._ptris, tri, n)
+        self._disp = np.empty((3, n), np.float32)
+        self._short = None
+        self._build_near()
+
+    def _build_near(self):
+        """Which triangles are near (get no contacts between them): those
+        sharing a corner, or with corners joined by a short edge, one with a
+        triangle narrower than NEAR_ALTITUDES contact distances (the
+        thickness of its ends' regions, with the margin). Made again when a thickness change turns
+        an edge short or long (set_params), with what depends on it: the
+        rings, the patches' own far pairs, the flat test's altitudes."""
+        e, n, tri = self._adj_edges, self.n, self.triangles
+        reach = self.thickness.astype(np.float64) * (1.0 + self.margin)
+        limit = NEAR_ALTITUDES * np.maximum(reach[self.region[e[:, 0]]], reach[self.region[e[:, 1]]])
+        short = self._adj_width < limit
+        if self._short is not None and np.array_equal(short, self._short):
+            return
+        self._short = short
+        e = e[short]
+        a = np.concatenate([e[:, 0], e[:, 1]])
+        b = np.concatenate([e[:, 1], e[:, 0]])
+        order = np.argsort(a, kind="stable")
+        near = np.ascontiguousarray(b[order].astype(np.int32))
+        near_start = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(near_start, a + 1, 1)
+        self.near_start, self.near = np.cumsum(near_start), near
+        self.ring_start, self.ring = triangle_rings(tri, self.near_start, self.near, n)
         self._fstart, self._fpair = patch_far_pairs(self._pstart, self._ptris, tri, self.ring_start,
                                                        self.ring, n)
-        self._pvstart, self._pverts, self._patch_of = patch_vertices(self._pstart, self._ptris, tri, n)
-        self._patch_work = patch_work(n, nt, len(self._pstart) - 1)
+        # The flat test's bound, per patch: a triangle of a patch whose
+        # vertices' edges are all short and one that is not near it are more
+        # than two rings apart, FLAT_ALTITUDES smallest altitudes across a
+        # flat union; elsewhere they need only share no corner: one altitude.
+        touches_long = np.zeros(n, dtype=bool)
+        touches_long[self._adj_edges[~short].reshape(-1)] = True
+        ends = self._pvstart
+        pv = (np.add.reduceat(touches_long[self._pverts[:ends[-1]]].astype(np.int32), ends[:-1])
+              if ends[-1] > 0 else np.zeros(len(ends) - 1, np.int32))
+        flat_alt = np.where(pv > 0, 1.0, FLAT_ALTITUDES).astype(np.float32)
+        # Fresh stamps: one left by a wider ring would hide a pair.
+        self._patch_work = tuple(patch_work(n, len(tri), len(self._pstart) - 1))
+        self._tw = None
         # Plain tuples of the records' fields for the kernels (see broad.detect_patches).
         self._mesh = tuple(Mesh(self.rest, tri, self.tri_edges, self.edges, self.edge_tris, self.tri_region,
-                                self.tri_comp, self.vtri_start, self.vtri, self.adj_start, self.adj, self.ring_start,
-                                self.ring))
+                                self.tri_comp, self.vtri_start, self.vtri, self.near_start, self.near,
+                                self.ring_start, self.ring))
         self._patches = tuple(Patches(self._pstart, self._ptris, self._pnstart, self._pnbr, self._fstart, self._fpair,
-                                self._pvstart, self._pverts, self._patch_of, np.float32(self.flat_cos)))
-        self._patch_work = tuple(self._patch_work)
-        self._disp = np.empty((3, n), np.float32)
+                                      self._pvstart, self._pverts, self._patch_of, np.float32(self.flat_cos),
+                                      np.ascontiguousarray(flat_alt)))
 
     def _patch_cells(self, corners):
         """Per triangle, its cell in a grid over the rest shape whose cells

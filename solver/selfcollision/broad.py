@@ -2,8 +2,8 @@
 
 Every triangle gets a fat swept box (its corners at step start and at the
 predicted end, relative to the cloth's mean motion, grown by half the
-thickness plus the margin); pairs whose boxes overlap, more than two rings
-apart and not rejected by their bounding spheres or separating planes, go to
+thickness plus the margin); pairs whose boxes overlap, not near (see
+SelfCollision: no shared corner, no short edge between corners) and not rejected by their bounding spheres or separating planes, go to
 the narrow phase (narrow.narrow_pair). Two broad phases give the same
 contacts: `detect_patches` (the default: patches with normal cones, sweep
 and prune) and `detect_grid` (a uniform grid over the triangle boxes).
@@ -424,6 +424,10 @@ def detect_grid(pos, disp, mesh, regions, out, stats):
 # distance plus the patches' relative motion the whole pair is skipped. That
 # removes the neighbour pairs that otherwise dominate the cost on smooth
 # cloth; folds, separate layers and separate objects are never skipped.
+# Triangles that are not near are more than two rings apart where one of the
+# two patches has only short edges at its vertices; elsewhere (a coarse
+# mesh) they need only share no corner, one altitude apart by the argument
+# below (Patches.flat_alt: 2 or 1 per patch, the larger of the two taken).
 #
 # Why two altitudes: give every vertex its edge distance d from triangle A's
 # corners and interpolate d linearly over each triangle. d is 0 on A and at
@@ -863,6 +867,7 @@ def _patch_partners(ii, order, sweep, mesh, patches, work):
     max_reach, max_cons = sweep.max_reach, sweep.max_cons
     triangles, tri_region = mesh.triangles, mesh.tri_region
     pstart, ptris, nstart, nbr, flat_cos = patches.start, patches.tris, patches.nbr_start, patches.nbr, patches.flat_cos
+    flat_alt = patches.flat_alt
     box, pbox, pcone, palt, pmot, plip = work.box, work.pbox, work.pcone, work.palt, work.pmot, work.plip
     seg_q, seg_start, seg_tri, qlist = work.seg_q, work.seg_start, work.seg_tri, work.qlist
     npatch = pstart.shape[0] - 1
@@ -917,13 +922,14 @@ def _patch_partners(ii, order, sweep, mesh, patches, work):
                     # `motion`, and at most the steepest triangle's
                     # Lipschitz bound times the surface path between
                     # them (<= their projected distance / cu); so at the
-                    # closest far pair, FLAT_ALTITUDES * alt * lip.
+                    # closest far pair, k * alt * lip (k: Patches.flat_alt).
                     alt = min(palt[p], palt[q])
-                    motion = min(motion, FLAT_ALTITUDES * alt * max(plip[p], plip[q]))
-                    if FLAT_ALTITUDES * alt * cu > max_reach * 1.01 + 1e-6 + max_cons * motion:
+                    k = max(flat_alt[p], flat_alt[q])
+                    motion = min(motion, k * alt * max(plip[p], plip[q]))
+                    if k * alt * cu > max_reach * 1.01 + 1e-6 + max_cons * motion:
                         continue
         if p == q:
-            # p's own pairs: the static list of those beyond two rings.
+            # p's own pairs: the static list of those that are not near.
             own = True
             continue
         # Only q's triangles inside p's box can meet p's (and the other way).
@@ -949,8 +955,8 @@ def _patch_partners(ii, order, sweep, mesh, patches, work):
 
 @njit(inline="always", **HELPER)
 def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
-    """Patch p's triangle pairs: each of its triangles stamps its two rings
-    once and meets its own patch's far pairs (when own) and the triangles of
+    """Patch p's triangle pairs: each of its triangles stamps its ring (the
+    vertices near its corners) once and meets its own patch's far pairs (when own) and the triangles of
     every segment _patch_partners listed; the pairs that survive the box,
     ring, sphere and plane tests go to the narrow phase. Returns (count,
     overlapping pairs, narrow-phase pairs)."""

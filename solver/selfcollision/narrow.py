@@ -80,17 +80,18 @@ def _rest_ee(rest, a, b, c, d):
 
 
 @njit(**HELPER)
-def _near_triangles(triangles, t, T, adj_start, adj):
-    """Triangles within two rings: a corner of one equals or neighbours a
-    corner of the other."""
+def _near_triangles(triangles, t, T, near_start, near):
+    """Near triangles (no contacts between them): a corner of one equals a
+    corner of the other or is joined to one by a short edge (mesh.near,
+    SelfCollision's NEAR_ALTITUDES)."""
     for i in range(3):
         v = triangles[t, i]
         for k in range(3):
             w = triangles[T, k]
             if v == w:
                 return True
-            for j in range(adj_start[v], adj_start[v + 1]):
-                if adj[j] == w:
+            for j in range(near_start[v], near_start[v + 1]):
+                if near[j] == w:
                     return True
     return False
 
@@ -102,7 +103,7 @@ def _boxes_overlap(box, a, b):
 
 
 @njit(**HELPER)
-def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, apart):
+def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, near_start, near, apart):
     """P is the lowest triangle around v that shares no vertex with T (among
     those the broad phase pairs with T). apart: v and T lie in different
     connected components, so no triangle around v is near T and boxes alone
@@ -113,7 +114,7 @@ def _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, apa
         t = vtri[j]
         if t >= P:
             return True
-        if (apart or not _near_triangles(triangles, t, T, adj_start, adj)) and _boxes_overlap(box, t, T):
+        if (apart or not _near_triangles(triangles, t, T, near_start, near)) and _boxes_overlap(box, t, T):
             return False
     return True
 
@@ -126,7 +127,7 @@ def _pair_before(t1, t2, A, B):
 
 
 @njit(**HELPER)
-def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj, apart):
+def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, near_start, near, apart):
     """(A, B) is the lowest pair of triangles around the two edges that
     share no vertex (apart: as in _canonical_vt)."""
     for i in range(edge_tris.shape[1]):
@@ -137,19 +138,19 @@ def _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj, apart
             t2 = edge_tris[eb, j]
             if t2 < 0:
                 continue
-            if (_pair_before(t1, t2, A, B) and (apart or not _near_triangles(triangles, t1, t2, adj_start, adj))
+            if (_pair_before(t1, t2, A, B) and (apart or not _near_triangles(triangles, t1, t2, near_start, near))
                     and _boxes_overlap(box, t1, t2)):
                 return False
     return True
 
 
 @njit(**HELPER)
-def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+def _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, near_start, near):
     for i in range(vtri_start[v], vtri_start[v + 1]):
         t1 = vtri[i]
         for j in range(vtri_start[w], vtri_start[w + 1]):
             t2 = vtri[j]
-            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, adj_start, adj)
+            if (_pair_before(t1, t2, A, B) and not _near_triangles(triangles, t1, t2, near_start, near)
                     and _boxes_overlap(box, t1, t2)):
                 return False
     return True
@@ -202,8 +203,8 @@ def _point_point_contacts(pair, pos, rel, box, mesh, out, count):
     """MODE_POINT_POINT: the corners of A against the corners of B, the
     normal from B's corner to A's at step start."""
     A, B, thick, fric, cons, reach, layered, apart = pair
-    rest, triangles, vtri_start, vtri, adj_start, adj = (mesh.rest, mesh.triangles, mesh.vtri_start, mesh.vtri,
-                                                         mesh.adj_start, mesh.adj)
+    rest, triangles, vtri_start, vtri, near_start, near = (mesh.rest, mesh.triangles, mesh.vtri_start, mesh.vtri,
+                                                         mesh.near_start, mesh.near)
     for k in range(3):
         v = triangles[A, k]
         px = pos[0, v]
@@ -221,7 +222,7 @@ def _point_point_contacts(pair, pos, rel, box, mesh, out, count):
                 nx, ny, nz = 0.0, 0.0, 1.0
             close = (rel[0, v] - rel[0, w]) * nx + (rel[1, v] - rel[1, w]) * ny + (rel[2, v] - rel[2, w]) * nz
             if d0 < reach or d0 + cons * close < reach:
-                if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, adj_start, adj):
+                if not _canonical_pp(A, B, v, w, triangles, vtri_start, vtri, box, near_start, near):
                     continue
                 rx = rest[v, 0] - rest[w, 0]
                 ry = rest[v, 1] - rest[w, 1]
@@ -238,7 +239,7 @@ def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, out, count
     says, where the layers face the same way)."""
     A, B, thick, fric, cons, reach, layered, apart = pair
     rest, triangles, tri_region = mesh.rest, mesh.triangles, mesh.tri_region
-    vtri_start, vtri, adj_start, adj = mesh.vtri_start, mesh.vtri, mesh.adj_start, mesh.adj
+    vtri_start, vtri, near_start, near = mesh.vtri_start, mesh.vtri, mesh.near_start, mesh.near
     for side in range(2):
         T = B if side == 0 else A
         P = A if side == 0 else B
@@ -261,7 +262,7 @@ def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, out, count
             lim = reach * 1.01 + 1e-6 + sph[T, 3] + cons * (np.sqrt(mx * mx + my * my + mz * mz) + sph[T, 7])
             if sx * sx + sy * sy + sz * sz > lim * lim:
                 continue
-            if apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj, True):
+            if apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, near_start, near, True):
                 continue
             u, vv, ww = closest_on_triangle(px, py, pz, pos[0, a], pos[1, a], pos[2, a],
                                              pos[0, b], pos[1, b], pos[2, b], pos[0, c], pos[1, c], pos[2, c])
@@ -291,7 +292,7 @@ def _vertex_triangle_contacts(pair, pos, rel, box, sph, mesh, layers, out, count
             rqz = u * rel[2, a] + vv * rel[2, b] + ww * rel[2, c]
             close = (rel[0, v] - rqx) * nx + (rel[1, v] - rqy) * ny + (rel[2, v] - rqz) * nz
             if d0 < reach or d0 + cons * close < reach:
-                if not apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, adj_start, adj,
+                if not apart and not _canonical_vt(P, T, v, triangles, vtri_start, vtri, box, near_start, near,
                                                    False):
                     continue
                 if not framed:
@@ -328,7 +329,7 @@ def _edge_edge_contacts(pair, pos, rel, box, mesh, layers, out, count):
     A, B, thick, fric, cons, reach, layered, apart = pair
     rest, triangles, tri_region, tri_edges, edges = (mesh.rest, mesh.triangles, mesh.tri_region, mesh.tri_edges,
                                                      mesh.edges)
-    edge_tris, adj_start, adj = mesh.edge_tris, mesh.adj_start, mesh.adj
+    edge_tris, near_start, near = mesh.edge_tris, mesh.near_start, mesh.near
     # edge-edge. Each edge's bounding sphere and motion once per pair (not
     # once per edge pair: nine pairs share six edges).
     eA = (_edge_sphere(pos, rel, edges, tri_edges[A, 0]), _edge_sphere(pos, rel, edges, tri_edges[A, 1]),
@@ -353,7 +354,7 @@ def _edge_edge_contacts(pair, pos, rel, box, mesh, layers, out, count):
             lim = slack + sa[3] + sb[3] + cons * motion
             if d2 > lim * lim:
                 continue
-            if apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj, True):
+            if apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, near_start, near, True):
                 continue
             s, t = closest_segments(pos[0, a], pos[1, a], pos[2, a], pos[0, b], pos[1, b], pos[2, b],
                                      pos[0, c], pos[1, c], pos[2, c], pos[0, d], pos[1, d], pos[2, d])
@@ -385,7 +386,7 @@ def _edge_edge_contacts(pair, pos, rel, box, mesh, layers, out, count):
                 nz /= ln
             close = rdx * nx + rdy * ny + rdz * nz
             if d0 < reach or d0 + cons * close < reach:
-                if not apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, adj_start, adj,
+                if not apart and not _canonical_ee(A, B, ea, eb, triangles, edge_tris, box, near_start, near,
                                                    False):
                     continue
                 ux_, uy_, uz_, vx_, vy_, vz_, fnx, fny, fnz = tri_frame(

@@ -20,10 +20,10 @@ Mesh = namedtuple("Mesh", [
     "tri_comp",     # (t,) int32: its connected component
     "vtri_start",   # (n + 1,) int64 and
     "vtri",         # int32: CSR vertex -> its triangles, ascending
-    "adj_start",    # (n + 1,) int64 and
-    "adj",          # int32: CSR vertex -> its neighbours
+    "near_start",   # (n + 1,) int64 and
+    "near",         # int32: CSR vertex -> its neighbours across short edges (SelfCollision NEAR_ALTITUDES)
     "ring_start",   # (t + 1,) int64 and
-    "ring",         # int32: CSR triangle -> every vertex equal or adjacent to a corner
+    "ring",         # int32: CSR triangle -> every vertex equal or near to a corner
 ])
 
 # Per-region settings, read every detect (SelfCollision.set_params may change them).
@@ -43,11 +43,12 @@ Patches = namedtuple("Patches", [
     "nbr_start",   # (P + 1,) int64 and
     "nbr",         # int32: CSR patch -> the patches sharing a vertex with it
     "far_start",   # (t + 1,) int64 and
-    "far",         # int32: CSR triangle slot -> later slots of its patch beyond two rings
+    "far",         # int32: CSR triangle slot -> later slots of its patch that are not near
     "vert_start",  # (P + 1,) int64 and
     "verts",       # int32: CSR patch -> its distinct vertices
     "patch_of",    # (t,) int32: each triangle's patch
     "flat_cos",    # float32: a union of patches within acos(flat_cos) of one axis is flat
+    "flat_alt",    # (P,) float32: a triangle of the patch and one not near it lie this many altitudes apart in a flat union
 ])
 
 # Contact buffers detection writes (SelfCollision._alloc); `count` past

