@@ -363,17 +363,9 @@ class SelfCollision:
         uniq, inverse = np.unique(key, return_inverse=True)
         self.edges = np.ascontiguousarray(np.stack([uniq // max(n, 1), uniq % max(n, 1)], axis=1).astype(np.int32))
         self.tri_edges = np.ascontiguousarray(inverse.reshape(nt, 3).astype(np.int32))
-        # Vertex adjacency (CSR) from those edges.
-        e = self.edges[self.edges[:, 0] != self.edges[:, 1]]
-        a = np.concatenate([e[:, 0], e[:, 1]])
-        b = np.concatenate([e[:, 1], e[:, 0]])
-        order = np.argsort(a, kind="stable")
-        adj = np.ascontiguousarray(b[order].astype(np.int32))
-        adj_start = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(adj_start, a + 1, 1)
-        adj_start = np.cumsum(adj_start)
-        self.adj_start, self.adj = adj_start, adj
-        self._adj_edges = e
+        # The edges between two vertices: _build_near makes the adjacency
+        # of the short ones.
+        self._adj_edges = self.edges[self.edges[:, 0] != self.edges[:, 1]]
         self.tri_comp = triangle_components(tri, n)
         # Vertex -> triangles (ascending) and edge -> its first two triangles,
         # for the canonical emission rule.
