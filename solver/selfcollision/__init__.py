@@ -386,14 +386,12 @@ class SelfCollision:
         self.edge_tris = np.ascontiguousarray(et)
         # Each edge's width: the smallest altitude of the triangles on it
         # (_build_near's measure of a coarse mesh).
-        c = self.rest[tri].astype(np.float64)
-        sides = np.stack([c[:, 1] - c[:, 0], c[:, 2] - c[:, 1], c[:, 0] - c[:, 2]], axis=1) if nt else np.zeros((0, 3, 3))
-        longest = np.sqrt(np.einsum("tij,tij->ti", sides, sides).max(axis=1)) if nt else np.zeros(0)
-        area2 = np.linalg.norm(np.cross(sides[:, 0], -sides[:, 2]), axis=1) if nt else np.zeros(0)
-        altitude = np.where(longest > 0, area2 / np.where(longest > 0, longest, 1.0), 0.0)
+        c = self.rest[tri].astype(np.float64).reshape(-1, 3, 3)
+        sides = c[:, [1, 2, 0]] - c
+        longest = np.linalg.norm(sides, axis=2).max(axis=1, initial=0.0)
+        altitude = np.linalg.norm(np.cross(sides[:, 0], sides[:, 1]), axis=1) / np.maximum(longest, 1e-30)
         on_edge = et[self.edges[:, 0] != self.edges[:, 1]]
-        width = np.where(on_edge >= 0, altitude[np.maximum(on_edge, 0)] if nt else 0.0, np.inf).min(axis=1)
-        self._adj_width = np.where(np.isfinite(width), width, 0.0)
+        self._adj_width = np.where(on_edge >= 0, altitude[np.maximum(on_edge, 0)], np.inf).min(axis=1)
         # Triangle region: the majority of its corners, else the lowest.
         r = self.region[tri] if nt else np.zeros((0, 3), np.int32)
         tri_region = np.min(r, axis=1) if nt else np.zeros(0, np.int32)
@@ -427,9 +425,10 @@ class SelfCollision:
         """Which triangles are near (get no contacts between them): those
         sharing a corner, or with corners joined by a short edge, one with a
         triangle narrower than NEAR_ALTITUDES contact distances (the
-        thickness of its ends' regions, with the margin). Made again when a thickness change turns
-        an edge short or long (set_params), with what depends on it: the
-        rings, the patches' own far pairs, the flat test's altitudes."""
+        thickness of its ends' regions, with the margin). Made again when a
+        thickness change turns an edge short or long (set_params), with what
+        depends on it: the rings, the patches' own far pairs, the flat
+        test's altitudes."""
         e, n, tri = self._adj_edges, self.n, self.triangles
         reach = self.thickness.astype(np.float64) * (1.0 + self.margin)
         limit = NEAR_ALTITUDES * np.maximum(reach[self.region[e[:, 0]]], reach[self.region[e[:, 1]]])

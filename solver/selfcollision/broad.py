@@ -3,10 +3,11 @@
 Every triangle gets a fat swept box (its corners at step start and at the
 predicted end, relative to the cloth's mean motion, grown by half the
 thickness plus the margin); pairs whose boxes overlap, not near (see
-SelfCollision: no shared corner, no short edge between corners) and not rejected by their bounding spheres or separating planes, go to
-the narrow phase (narrow.narrow_pair). Two broad phases give the same
-contacts: `detect_patches` (the default: patches with normal cones, sweep
-and prune) and `detect_grid` (a uniform grid over the triangle boxes).
+SelfCollision: no shared corner, no short edge between corners) and not
+rejected by their bounding spheres or separating planes, go to the narrow
+phase (narrow.narrow_pair). Two broad phases give the same contacts:
+`detect_patches` (the default: patches with normal cones, sweep and prune)
+and `detect_grid` (a uniform grid over the triangle boxes).
 """
 
 import numpy as np
@@ -956,9 +957,10 @@ def _patch_partners(ii, order, sweep, mesh, patches, work):
 @njit(inline="always", **HELPER)
 def _patch_pairs(p, nseg, own, sweep, mesh, regions, patches, work, out, count):
     """Patch p's triangle pairs: each of its triangles stamps its ring (the
-    vertices near its corners) once and meets its own patch's far pairs (when own) and the triangles of
-    every segment _patch_partners listed; the pairs that survive the box,
-    ring, sphere and plane tests go to the narrow phase. Returns (count,
+    vertices near its corners) once and meets its own patch's far pairs
+    (when own) and the triangles of every segment _patch_partners listed;
+    the pairs that survive the box, ring, sphere and plane tests go to the
+    narrow phase. Returns (count,
     overlapping pairs, narrow-phase pairs)."""
     pos, rel, region_pad, region_cons = sweep.pos, sweep.rel, sweep.region_pad, sweep.region_cons
     max_reach, max_cons = sweep.max_reach, sweep.max_cons
